@@ -1,0 +1,19 @@
+"""discern_stats: LLM trials -> trial database -> statistics on how models weigh evidence.
+
+Public API (see README): `TrialDB`, the interchange import/export functions, stimulus
+designs, collection, metrics, bootstrap, Holm families and the Bayesian model classes.
+"""
+
+from __future__ import annotations
+
+from .db import DEFAULT_DB_URL
+from .errors import DatabaseURLError, DiscernError, InputError, SpecError, StaleFitError
+from .interchange import export_trials, import_items, import_sources, import_trials, read_table
+from .trialdb import TrialDB
+
+__version__ = "0.1.0"
+
+__all__ = [
+    "DEFAULT_DB_URL", "TrialDB", "DiscernError", "InputError", "DatabaseURLError", "SpecError",
+    "StaleFitError", "import_items", "import_sources", "import_trials", "export_trials", "read_table",
+]

@@ -1,0 +1,155 @@
+"""The `discern-stats` command line (typer + rich). Every command has --help with an example."""
+
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+from typing import Optional
+
+import typer
+from rich.console import Console
+from rich.table import Table
+
+from .db import DEFAULT_DB_URL
+from .errors import DiscernError
+
+console = Console()
+err_console = Console(stderr=True)
+
+app = typer.Typer(help="discern_stats: collect LLM trials and analyse how models weigh evidence.",
+                  no_args_is_help=True, pretty_exceptions_enable=False, rich_markup_mode="markdown")
+db_app = typer.Typer(help="Create and inspect the trial database.", no_args_is_help=True)
+import_app = typer.Typer(help="Import item banks, source tables and trials logged elsewhere.", no_args_is_help=True)
+export_app = typer.Typer(help="Export trials in the interchange format.", no_args_is_help=True)
+app.add_typer(db_app, name="db")
+app.add_typer(import_app, name="import")
+app.add_typer(export_app, name="export")
+
+DbOpt = typer.Option(DEFAULT_DB_URL, "--db", help="SQLAlchemy URL of the trial database, e.g. "
+                     "sqlite:///trials.db or postgresql://user@host:5432/dbname.")
+
+
+def _fail(exc: Exception) -> None:
+    from rich.markup import escape
+    err_console.print(f"[bold red]error:[/] {escape(str(exc))}", soft_wrap=True, highlight=False)
+    raise typer.Exit(code=2)
+
+
+def _open(db: str):
+    from .trialdb import TrialDB
+    return TrialDB(db)
+
+
+def _design_arg(design: str) -> str:
+    from .interchange import check_design
+    return check_design(design)
+
+
+@db_app.command("init")
+def db_init(db: str = DbOpt) -> None:
+    """Create or migrate the schema; idempotent.
+
+    Example: `discern-stats db init --db sqlite:///trials.db`
+    """
+    try:
+        tdb = _open(db)
+        tdb.init()
+    except DiscernError as exc:
+        _fail(exc)
+    console.print(f"schema ready at {tdb.info()['url']}")
+
+
+@db_app.command("info")
+def db_info(db: str = DbOpt, as_json: bool = typer.Option(False, "--json", help="Print JSON instead of tables.")) -> None:
+    """Counts per table, per design and per LLM, with validity rates.
+
+    Example: `discern-stats db info --db sqlite:///trials.db`
+    """
+    try:
+        info = _open(db).info()
+    except DiscernError as exc:
+        _fail(exc)
+    if as_json:
+        console.print_json(json.dumps(info, default=str))
+        return
+    t = Table(title=f"Tables in {info['url']}")
+    t.add_column("table"); t.add_column("rows", justify="right")
+    for k, v in info["tables"].items():
+        t.add_row(k, str(v))
+    console.print(t)
+    if info["requests_per_design"]:
+        console.print("planned requests per design: " + ", ".join(f"{k}={v}" for k, v in info["requests_per_design"].items()))
+    if info["per_llm"]:
+        t = Table(title="Trials per design and LLM")
+        for c in ("design", "llm", "planned", "done", "valid", "validity"):
+            t.add_column(c, justify="right" if c in ("planned", "done", "valid", "validity") else "left")
+        for e in info["per_llm"]:
+            name = e["llm"] + (" (simulator)" if e["simulator"] else "")
+            vr = "-" if e["validity_rate"] is None else f"{100 * e['validity_rate']:.1f}%"
+            t.add_row(e["design"], name, str(e["planned"]), str(e["done"]), str(e["valid"]), vr)
+        console.print(t)
+
+
+@import_app.command("items")
+def import_items(file: Path = typer.Argument(..., help="CSV/parquet with item_id,question,truth[,tags]"),
+                 db: str = DbOpt) -> None:
+    """Import a Design A item bank (`item_id,question,truth[,tag columns]`).
+
+    Example: `discern-stats import items my_items.csv --db sqlite:///trials.db`
+    """
+    try:
+        n = _open(db).import_items(file)
+    except DiscernError as exc:
+        _fail(exc)
+    console.print(f"imported {n} new item(s) from {file}")
+
+
+@import_app.command("sources")
+def import_sources(file: Path = typer.Argument(..., help="CSV/parquet with domain plus pc1 or reliability, optional popularity"),
+                   db: str = DbOpt) -> None:
+    """Import a source table (`domain` plus `pc1` or `reliability`, optional `popularity`).
+
+    Example: `discern-stats import sources lin2023_domain_pc1.csv`
+    """
+    try:
+        n = _open(db).import_sources(file)
+    except DiscernError as exc:
+        _fail(exc)
+    console.print(f"imported {n} new source(s) from {file}")
+
+
+@import_app.command("trials")
+def import_trials(design: str = typer.Argument(..., help="l2d or cue"),
+                  file: Path = typer.Argument(..., help="interchange CSV/parquet"), db: str = DbOpt) -> None:
+    """Import trials logged elsewhere, in the interchange columns of SPEC.
+
+    Example: `discern-stats import trials cue cue_trials.parquet`
+    """
+    try:
+        n = _open(db).import_trials(_design_arg(design), file)
+    except DiscernError as exc:
+        _fail(exc)
+    console.print(f"imported {n} new trial(s) from {file}")
+
+
+@export_app.command("trials")
+def export_trials(design: str = typer.Argument(..., help="l2d or cue"),
+                  out: Path = typer.Option(..., "--out", help="output .csv or .parquet"), db: str = DbOpt) -> None:
+    """Export finished trials in the interchange columns (`.csv` or `.parquet` by extension).
+
+    Example: `discern-stats export trials l2d --out l2d.csv`
+    """
+    try:
+        p = _open(db).export_trials(_design_arg(design), out)
+    except DiscernError as exc:
+        _fail(exc)
+    console.print(f"wrote {p}")
+
+
+def main() -> None:  # pragma: no cover
+    app()
+
+
+if __name__ == "__main__":  # pragma: no cover
+    sys.exit(app())

@@ -1,0 +1,102 @@
+"""`TrialDB`: the Python entry point to the trial database (SPEC "Public interface")."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import pandas as pd
+import sqlalchemy as sa
+
+from . import interchange
+from .db import DEFAULT_DB_URL, LLM, Attempt, Item, Request, Source, Trial, World, init_schema, make_engine
+
+
+class TrialDB:
+    """A trial database at a SQLAlchemy URL (SQLite file by default, or PostgreSQL).
+
+    >>> db = TrialDB("sqlite:///trials.db")      # doctest: +SKIP
+    >>> df = db.trials("cue")                      # interchange DataFrame  # doctest: +SKIP
+    """
+
+    def __init__(self, url: str = DEFAULT_DB_URL, *, create: bool = True):
+        self.url = url
+        self.engine = make_engine(url)
+        if create:
+            init_schema(self.engine)
+
+    # -- schema
+    def init(self) -> None:
+        """Create or migrate the schema (idempotent)."""
+        init_schema(self.engine)
+
+    # -- import / export
+    def import_items(self, path: str | Path) -> int:
+        return interchange.import_items(self.engine, path)
+
+    def import_sources(self, path: str | Path, *, fictional: bool = False) -> int:
+        return interchange.import_sources(self.engine, path, fictional=fictional)
+
+    def import_trials(self, design: str, path: str | Path | pd.DataFrame) -> int:
+        return interchange.import_trials(self.engine, design, path)
+
+    def trials(self, design: str, *, llms: list[str] | None = None) -> pd.DataFrame:
+        """Finished trials of ``design`` ('l2d' or 'cue') as the interchange DataFrame."""
+        return interchange.export_trials(self.engine, design, llms=llms)
+
+    def export_trials(self, design: str, out: str | Path) -> Path:
+        return interchange.export_to_file(self.engine, design, out)
+
+    # -- queries
+    def table(self, model: type, where: Any = None) -> pd.DataFrame:
+        """Any table as a DataFrame (``db.table(ds.db.Source)``)."""
+        q = sa.select(model.__table__)
+        if where is not None:
+            q = q.where(where)
+        with self.engine.connect() as conn:
+            return pd.DataFrame(conn.execute(q).mappings().all())
+
+    def trial_log(self, design: str | None = None) -> pd.DataFrame:
+        """One row per trial with status, attempts, latency and tokens (for data-quality pages)."""
+        T, R, L = Trial.__table__, Request.__table__, LLM.__table__
+        q = (sa.select(L.c.name.label("llm"), L.c.is_simulator, R.c.design, R.c.track, R.c.probe, R.c.stage,
+                       R.c.intervention, T.c.state, T.c.status, T.c.valid, T.c.parse_error, T.c.error,
+                       T.c.raw_response, T.c.n_attempts, T.c.latency_ms, T.c.tokens_in, T.c.tokens_out)
+             .select_from(T.join(R, T.c.request_id == R.c.id).join(L, T.c.llm_id == L.c.id)))
+        if design:
+            q = q.where(R.c.design == design)
+        with self.engine.connect() as conn:
+            return pd.DataFrame(conn.execute(q).mappings().all())
+
+    def attempts(self) -> pd.DataFrame:
+        return self.table(Attempt)
+
+    def info(self) -> dict[str, Any]:
+        """Counts per table, per design and per LLM, with validity rates."""
+        out: dict[str, Any] = {"url": sa.engine.make_url(self.engine.url).render_as_string(hide_password=True)}
+        with self.engine.connect() as conn:
+            out["tables"] = {m.__tablename__: conn.execute(sa.select(sa.func.count()).select_from(m.__table__)).scalar()
+                             for m in (LLM, Item, Source, World, Request, Trial, Attempt)}
+            out["requests_per_design"] = {d: n for d, n in conn.execute(
+                sa.select(Request.design, sa.func.count()).group_by(Request.design))}
+            T, R, L = Trial.__table__, Request.__table__, LLM.__table__
+            rows = conn.execute(
+                sa.select(R.c.design, L.c.name, L.c.is_simulator, T.c.state, sa.func.count().label("n"),
+                          sa.func.sum(sa.case((T.c.valid == sa.true(), 1), else_=0)).label("n_valid"))
+                .select_from(T.join(R, T.c.request_id == R.c.id).join(L, T.c.llm_id == L.c.id))
+                .group_by(R.c.design, L.c.name, L.c.is_simulator, T.c.state)).all()
+        per: dict[tuple[str, str], dict[str, Any]] = {}
+        for d, name, sim, state, n, nv in rows:
+            e = per.setdefault((d, name), {"design": d, "llm": name, "simulator": bool(sim), "planned": 0,
+                                           "done": 0, "valid": 0})
+            e["planned"] += n
+            if state == "done":
+                e["done"] += n
+                e["valid"] += int(nv or 0)
+        for e in per.values():
+            e["validity_rate"] = (e["valid"] / e["done"]) if e["done"] else None
+        out["per_llm"] = sorted(per.values(), key=lambda e: (e["design"], e["llm"]))
+        return out
+
+    def dispose(self) -> None:
+        self.engine.dispose()
