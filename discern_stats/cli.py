@@ -147,6 +147,52 @@ def export_trials(design: str = typer.Argument(..., help="l2d or cue"),
     console.print(f"wrote {p}")
 
 
+design_app = typer.Typer(help="Build stimuli and planned requests in the database.", no_args_is_help=True)
+app.add_typer(design_app, name="design")
+
+
+@design_app.command("l2d")
+def design_l2d_cmd(seed: int = typer.Option(0, "--seed", help="random seed of the source draws"),
+                   per_stratum: int = typer.Option(1, "--per-stratum", help="sources per popularity x reliability stratum and item"),
+                   strategies: str = typer.Option(",".join(("zero-shot", "CoT", "Reliability", "Bayesian", "Defense")),
+                                                  "--strategies", help="comma-separated prompt strategies"),
+                   demo: Optional[bool] = typer.Option(None, "--demo/--no-demo", help="use the built-in demo bank and fictional sources "
+                                                       "(default: only when the database has no items or sources)"),
+                   db: str = DbOpt) -> None:
+    """Plan Design A (Learn2Discern): a prior per item x strategy, a posterior per source x factor.
+
+    Example: `discern-stats design l2d --seed 1 --per-stratum 2 --strategies zero-shot,CoT`
+    """
+    from .designs import design_l2d
+    try:
+        tdb = _open(db)
+        res = design_l2d(tdb.engine, seed=seed, per_stratum=per_stratum,
+                         strategies=tuple(s.strip() for s in strategies.split(",") if s.strip()), use_demo=demo)
+    except DiscernError as exc:
+        _fail(exc)
+    console.print(f"Design A: {res['items']} items x {res['sources_per_item']} sources per item; "
+                  f"{res['planned']} planned requests ({res['new']} new)")
+
+
+@design_app.command("cue")
+def design_cue_cmd(seed: int = typer.Option(0, "--seed", help="random seed of the world bank"),
+                   worlds: Optional[int] = typer.Option(None, "--worlds", help="use only the first N worlds (demo sizes)"),
+                   interventions: str = typer.Option("C0", "--interventions", help="comma-separated: C0,C1,C2,C3,C4"),
+                   db: str = DbOpt) -> None:
+    """Plan Design B: the 500-world cue bank, 48 requests per world (plus 20 per extra intervention).
+
+    Example: `discern-stats design cue --seed 0 --interventions C0,C1,C2,C3,C4`
+    """
+    from .designs import design_cue
+    try:
+        tdb = _open(db)
+        res = design_cue(tdb.engine, seed=seed, n_worlds=worlds,
+                         interventions=[s.strip() for s in interventions.split(",") if s.strip()])
+    except DiscernError as exc:
+        _fail(exc)
+    console.print(f"Design B: {res['worlds']} worlds; {res['planned']} planned requests ({res['new']} new)")
+
+
 def main() -> None:  # pragma: no cover
     app()
 
