@@ -193,6 +193,29 @@ def design_cue_cmd(seed: int = typer.Option(0, "--seed", help="random seed of th
     console.print(f"Design B: {res['worlds']} worlds; {res['planned']} planned requests ({res['new']} new)")
 
 
+@app.command("collect")
+def collect_cmd(spec: Path = typer.Argument(..., help="YAML run spec in collection/"),
+                max_requests: Optional[int] = typer.Option(None, "--max-requests", help="stop after this many requests (overrides the spec budget)"),
+                retry_failed: bool = typer.Option(False, "--retry-failed", help="also retry trials that failed with API errors"),
+                quiet: bool = typer.Option(False, "--quiet", help="no progress bar"),
+                db: str = DbOpt) -> None:
+    """Run a collection spec; resumable and idempotent (re-running never duplicates a trial).
+
+    Example: `discern-stats collect collection/demo_cue.yaml --db sqlite:///trials.db`
+    """
+    from .collect.runner import collect
+    from .collect.spec import load_spec
+    try:
+        s = load_spec(spec)
+        if retry_failed:
+            s.retry_failed = True
+        res = collect(_open(db), s, progress=not quiet, max_requests=max_requests)
+    except DiscernError as exc:
+        _fail(exc)
+    console.print(f"run {res.run_id}: {res.done} done ({res.valid} valid, {res.done - res.valid} invalid), "
+                  f"{res.failed} failed, {res.retries} retries, {res.rate:.1f} req/s; plan of {res.planned} trials")
+
+
 def main() -> None:  # pragma: no cover
     app()
 

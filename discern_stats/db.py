@@ -36,7 +36,7 @@ SCHEMA_VERSION = 1
 
 
 def utcnow() -> dt.datetime:
-    return dt.datetime.now(dt.timezone.utc).replace(tzinfo=None)
+    return dt.datetime.now(dt.timezone.utc)
 
 
 class Meta(SQLModel, table=True):

@@ -1,0 +1,65 @@
+"""Cue coding of Design B P4 choices from their condition labels (never from prompt text).
+
+Every cue is coded +0.5 / -0.5 (0 where it is not manipulated), oriented so that a positive
+weight raises P(choose B) — the SPEC directions (seed 001 A.2):
+
+- ``history`` (swap track): +0.5 LH (B's source has the better history), -0.5 HL
+- ``R``, ``Q``, ``I`` (factorial): +0.5 for HH, clear, separate roots
+- ``order``: +0.5 B-first, -0.5 A-first; ``time``: +0.5 B's report at 12:00, -0.5 at 08:00
+- ``repetition``, ``speaker``, ``lineage`` (report structure, successive coding): each is +0.5
+  from its step on (single < repeated < two-speakers < separate-roots), so a weight equals
+  the successive contrast on the logit scale
+- ``verified``: +0.5 verified=B, -0.5 verified=A
+
+With this coding, a weight is the log-odds difference between the two levels of its cue.
+"""
+
+from __future__ import annotations
+
+import re
+
+CUES = ["history", "R", "Q", "I", "order", "time", "repetition", "speaker", "lineage", "verified"]
+CHOICE_TRACKS = ["factorial", "swap", "competition", "verified"]
+STRUCTURE_STEPS = ["single", "repeated", "two-speakers", "separate-roots"]
+
+
+def block_of(track: str, condition: str) -> str:
+    """Sub-design a P4 request belongs to: factorial, swap, order-time, structure, verified."""
+    if track == "competition":
+        return "structure" if condition.startswith("structure=") else "order-time"
+    return track
+
+
+def cue_codes(track: str, condition: str) -> dict[str, float]:
+    x = dict.fromkeys(CUES, 0.0)
+    if track == "factorial":
+        m = re.fullmatch(r"R(HH|LL)-Q(clear|limited)-I(separate|shared)", condition)
+        if not m:
+            raise ValueError(f"bad factorial condition {condition!r}")
+        x["R"] = 0.5 if m.group(1) == "HH" else -0.5
+        x["Q"] = 0.5 if m.group(2) == "clear" else -0.5
+        x["I"] = 0.5 if m.group(3) == "separate" else -0.5
+    elif track == "swap":
+        if condition not in ("HL", "LH"):
+            raise ValueError(f"bad swap condition {condition!r}")
+        x["history"] = 0.5 if condition == "LH" else -0.5
+    elif track == "competition":
+        m = re.fullmatch(r"order=(A|B)-first,time=(08|12)", condition)
+        if m:
+            x["order"] = 0.5 if m.group(1) == "B" else -0.5
+            x["time"] = 0.5 if m.group(2) == "12" else -0.5
+        else:
+            m = re.fullmatch(r"structure=(.+)", condition)
+            if not m or m.group(1) not in STRUCTURE_STEPS:
+                raise ValueError(f"bad competition condition {condition!r}")
+            step = STRUCTURE_STEPS.index(m.group(1))
+            x["repetition"] = 0.5 if step >= 1 else -0.5
+            x["speaker"] = 0.5 if step >= 2 else -0.5
+            x["lineage"] = 0.5 if step >= 3 else -0.5
+    elif track == "verified":
+        if condition not in ("verified=A", "verified=B"):
+            raise ValueError(f"bad verified condition {condition!r}")
+        x["verified"] = 0.5 if condition == "verified=B" else -0.5
+    else:
+        raise ValueError(f"track {track!r} has no P4 choice")
+    return x

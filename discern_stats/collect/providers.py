@@ -1,0 +1,122 @@
+"""LangChain chat models by provider string, and the retryable-error classifier."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+from typing import Any
+
+from langchain_core.language_models.chat_models import BaseChatModel
+
+from ..errors import SpecError
+from .spec import LLMSpec, RunSpec
+
+RETRYABLE_STATUS = {408, 409, 425, 429, 500, 502, 503, 504, 520, 522, 524, 529}
+
+
+def api_key(spec: LLMSpec) -> str | None:
+    if spec.api_key_env:
+        key = os.environ.get(spec.api_key_env)
+        if not key:
+            raise SpecError(f"LLM {spec.name!r}: environment variable {spec.api_key_env} is not set")
+        return key
+    return None
+
+
+def build_chat_model(spec: LLMSpec, run: RunSpec, *, knowledge: dict[str, float] | None = None,
+                     source_knowledge: dict[str, tuple[float, float]] | None = None) -> BaseChatModel:
+    """The LangChain chat model of one LLM subject. Retries are ours (tenacity), so the
+    provider clients get ``max_retries=0``; the optional rate limiter is LangChain's."""
+    limiter = None
+    if run.requests_per_second:
+        from langchain_core.rate_limiters import InMemoryRateLimiter
+        limiter = InMemoryRateLimiter(requests_per_second=run.requests_per_second, check_every_n_seconds=0.05,
+                                      max_bucket_size=max(1, int(run.requests_per_second)))
+    common: dict[str, Any] = {}
+    if limiter is not None:
+        common["rate_limiter"] = limiter
+    if spec.kind == "synthetic":
+        from .synthetic import SyntheticChatModel, get_profile
+        kw: dict[str, Any] = {"profile_name": spec.model, "respondent_profile": get_profile(spec.model, spec.profile_file),
+                              "seed": spec.seed or 0}
+        if knowledge:
+            kw["knowledge"] = knowledge
+        if source_knowledge:
+            kw["source_knowledge"] = source_knowledge
+        kw.update(spec.extra)
+        return SyntheticChatModel(**kw, **common)
+    sampling = {k: v for k, v in {"temperature": spec.temperature, "top_p": spec.top_p}.items() if v is not None}
+    if spec.kind == "openai":
+        from langchain_openai import ChatOpenAI
+        key = api_key(spec) or ("not-needed" if spec.base_url else None)
+        if key is None:
+            raise SpecError(f"LLM {spec.name!r}: set api_key_env (e.g. OPENAI_API_KEY) or a base_url")
+        kw = dict(model=spec.model, base_url=spec.base_url, api_key=key, max_retries=0, timeout=run.timeout_s,
+                  max_tokens=spec.max_tokens, **sampling)
+        if spec.seed is not None:
+            kw["seed"] = spec.seed
+        return ChatOpenAI(**kw, **spec.extra, **common)
+    if spec.kind == "anthropic":
+        from langchain_anthropic import ChatAnthropic
+        key = api_key(spec)
+        if key is None:
+            raise SpecError(f"LLM {spec.name!r}: set api_key_env (e.g. ANTHROPIC_API_KEY)")
+        kw = dict(model=spec.model, api_key=key, max_retries=0, timeout=run.timeout_s,
+                  max_tokens=spec.max_tokens or 1024, **sampling)
+        if spec.base_url:
+            kw["base_url"] = spec.base_url
+        return ChatAnthropic(**kw, **spec.extra, **common)
+    if spec.kind == "ollama":
+        from langchain_ollama import ChatOllama
+        kw = dict(model=spec.model, num_predict=spec.max_tokens, **sampling)
+        if spec.base_url:
+            kw["base_url"] = spec.base_url
+        if spec.seed is not None:
+            kw["seed"] = spec.seed
+        return ChatOllama(**kw, **spec.extra, **common)
+    raise SpecError(f"unknown provider {spec.provider!r}")  # pragma: no cover - validated in spec
+
+
+def http_status(exc: BaseException) -> int | None:
+    for attr in ("status_code", "status", "http_status"):
+        v = getattr(exc, attr, None)
+        if isinstance(v, int):
+            return v
+    resp = getattr(exc, "response", None)
+    v = getattr(resp, "status_code", None)
+    return v if isinstance(v, int) else None
+
+
+def is_retryable(exc: BaseException) -> bool:
+    """429, 5xx, timeouts and connection errors are retried; 4xx client errors are not."""
+    if isinstance(exc, (asyncio.TimeoutError, TimeoutError, ConnectionError)) or _malformed(exc):
+        return True
+    status = http_status(exc)
+    if status is not None:
+        return status in RETRYABLE_STATUS or status >= 500
+    name = type(exc).__name__
+    return any(s in name for s in ("Timeout", "Connection", "RateLimit", "ServiceUnavailable", "InternalServer",
+                                   "RemoteProtocol", "ReadError", "Overloaded"))
+
+
+def _malformed(exc: BaseException) -> bool:
+    """A 2xx response whose body cannot be decoded: a transient server fault, retried."""
+    names = {type(e).__name__ for e in (exc, exc.__cause__, exc.__context__) if e is not None}
+    return any(n in names for n in ("JSONDecodeError", "APIResponseValidationError", "DecodingError"))
+
+
+def error_type(exc: BaseException) -> str:
+    if _malformed(exc):
+        return "malformed_response"
+    status = http_status(exc)
+    if status == 429 or "RateLimit" in type(exc).__name__:
+        return "rate_limit"
+    if isinstance(exc, (asyncio.TimeoutError, TimeoutError)) or "Timeout" in type(exc).__name__:
+        return "timeout"
+    if status is not None and status >= 500:
+        return "server_error"
+    if "Connection" in type(exc).__name__ or isinstance(exc, ConnectionError):
+        return "connection"
+    if status is not None:
+        return "client_error"
+    return "other"

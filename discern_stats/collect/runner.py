@@ -1,0 +1,419 @@
+"""Resumable, idempotent, concurrent collection (SPEC "Collection layer").
+
+The plan (one ``trial`` row per LLM x request x repeat, unique ``trial.key``) is inserted
+with INSERT ... ON CONFLICT DO NOTHING, so re-running a spec never duplicates a trial.
+Collectors claim pending trials in small batches — on PostgreSQL with
+``SELECT ... FOR UPDATE SKIP LOCKED`` — and hold them under a lease (``lease_until``). A
+collector that dies leaves its claims to expire; on the same host a restarted collector
+releases claims of dead processes at once. Results are written only by the claim holder
+(``WHERE claimed_by = me``), so no request is answered twice.
+
+Design A posteriors are claimed only after their prior is done: the posterior turn is sent
+in the same conversation (system, prior question, the prior's raw answer, posterior turn).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import datetime as dt
+import json
+import os
+import socket
+import subprocess
+import time
+import uuid
+from dataclasses import dataclass, field
+from typing import Any
+
+import sqlalchemy as sa
+from langchain_core.messages import AIMessage, BaseMessage, HumanMessage, SystemMessage
+from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn, TimeRemainingColumn
+from tenacity import AsyncRetrying, retry_if_exception, stop_after_attempt, wait_exponential_jitter
+
+from ..db import LLM, Attempt, Item, Request, Run, Source, Trial, dumps, insert_ignore, utcnow
+from ..errors import SpecError
+from ..interchange import trial_key
+from ..trialdb import TrialDB
+from .parsing import failure_status, parse
+from .providers import build_chat_model, error_type, http_status, is_retryable
+from .spec import LLMSpec, RunSpec
+
+
+def collector_id() -> str:
+    return f"{socket.gethostname()}:{os.getpid()}:{uuid.uuid4().hex[:8]}"
+
+
+def code_version() -> str:
+    from .. import __version__
+    try:
+        rev = subprocess.run(["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True, timeout=5,
+                             cwd=os.path.dirname(__file__)).stdout.strip()
+    except Exception:
+        rev = ""
+    return f"{__version__}" + (f"+{rev}" if rev else "")
+
+
+@dataclass
+class CollectResult:
+    run_id: int
+    planned: int
+    sent: int = 0
+    done: int = 0
+    valid: int = 0
+    failed: int = 0
+    attempts: int = 0
+    retries: int = 0
+    lost_leases: int = 0
+    elapsed_s: float = 0.0
+    per_llm: dict[str, dict[str, int]] = field(default_factory=dict)
+
+    @property
+    def rate(self) -> float:
+        return self.done / self.elapsed_s if self.elapsed_s else 0.0
+
+
+# ---------------------------------------------------------------- planning
+def ensure_llms(db: TrialDB, spec: RunSpec) -> dict[str, int]:
+    rows = [{"name": m.name, "provider": m.kind, "model_id": m.model, "base_url": m.base_url,
+             "params_json": m.params_json(), "is_simulator": m.kind == "synthetic"} for m in spec.llms]
+    with db.engine.begin() as conn:
+        insert_ignore(conn, LLM, rows, ["name"])
+        got = {r.name: r for r in conn.execute(sa.select(LLM.name, LLM.id, LLM.params_json)
+                                               .where(LLM.name.in_([m.name for m in spec.llms])))}
+    for m in spec.llms:
+        if got[m.name].params_json != m.params_json():
+            raise SpecError(f"LLM name {m.name!r} is already in the database with other settings "
+                            f"({got[m.name].params_json}); give these settings a new name")
+    return {n: r.id for n, r in got.items()}
+
+
+def plan_trials(db: TrialDB, spec: RunSpec, llm_ids: dict[str, int]) -> int:
+    """Insert the plan's trial rows (idempotent). Returns the number of planned trials."""
+    R = Request.__table__
+    q = sa.select(R.c.id, R.c.key).where(R.c.design == spec.design)
+    if spec.design == "cue":
+        q = q.where(R.c.intervention.in_(spec.interventions or ["C0"]))
+    elif spec.strategies:
+        q = q.where(R.c.strategy.in_(spec.strategies))
+    q = q.order_by(R.c.id)
+    with db.engine.connect() as conn:
+        reqs = conn.execute(q).all()
+    if not reqs:
+        raise SpecError(f"no planned {spec.design} requests in the database for this spec; run "
+                        f"`discern-stats design {spec.design}` first")
+    total = 0
+    with db.engine.begin() as conn:
+        for m in spec.llms:
+            pj = m.params_json()
+            rows = [{"key": trial_key(m.name, pj, key, rep), "request_id": rid, "llm_id": llm_ids[m.name],
+                     "repeat": rep, "state": "pending"} for rep in range(spec.repeats) for rid, key in reqs]
+            insert_ignore(conn, Trial, rows, ["key"])
+            total += len(rows)
+    return total
+
+
+def release_dead_claims(db: TrialDB) -> int:
+    """Return to 'pending' the claims of collectors on this host whose process is gone."""
+    host = socket.gethostname()
+    T = Trial.__table__
+    with db.engine.begin() as conn:
+        holders = [r[0] for r in conn.execute(sa.select(T.c.claimed_by).where(T.c.state == "claimed").distinct())]
+        dead = []
+        for h in holders:
+            parts = (h or "").split(":")
+            if len(parts) >= 2 and parts[0] == host and parts[1].isdigit():
+                try:
+                    os.kill(int(parts[1]), 0)
+                except ProcessLookupError:
+                    dead.append(h)
+                except PermissionError:
+                    pass
+        if not dead:
+            return 0
+        res = conn.execute(sa.update(T).where(T.c.state == "claimed", T.c.claimed_by.in_(dead))
+                           .values(state="pending", claimed_by=None, lease_until=None).returning(T.c.id))
+        return len(res.fetchall())
+
+
+def claim(db: TrialDB, llm_id: int, me: str, n: int, lease_s: float, retry_failed: bool = False) -> list[dict[str, Any]]:
+    """Atomically claim up to ``n`` eligible trials of one LLM and return what is needed to run them."""
+    T, R = Trial.__table__, Request.__table__
+    P, PR = T.alias("p"), R.alias("pr")
+    now = utcnow()
+    states = [T.c.state == "pending", sa.and_(T.c.state == "claimed", T.c.lease_until < now)]
+    if retry_failed:
+        states.append(T.c.state == "failed")
+    prior_done = (sa.select(P.c.id).select_from(P.join(PR, P.c.request_id == PR.c.id))
+                  .where(PR.c.key == R.c.parent_key, P.c.llm_id == T.c.llm_id, P.c.repeat == T.c.repeat,
+                         P.c.state == "done").exists())
+    sub = (sa.select(T.c.id).select_from(T.join(R, T.c.request_id == R.c.id))
+           .where(T.c.llm_id == llm_id, sa.or_(*states),
+                  sa.or_(R.c.stage.is_(None), R.c.stage != "posterior", prior_done))
+           .order_by(T.c.id).limit(n).with_for_update(skip_locked=True, of=T))
+    with db.engine.begin() as conn:
+        ids = [r[0] for r in conn.execute(
+            sa.update(T).where(T.c.id.in_(sub.scalar_subquery()))
+            .values(state="claimed", claimed_by=me, lease_until=now + dt.timedelta(seconds=lease_s))
+            .returning(T.c.id))]
+        if not ids:
+            return []
+        rows = conn.execute(
+            sa.select(T.c.id, T.c.key, T.c.repeat, T.c.n_attempts, R.c.key.label("request_key"), R.c.messages_json,
+                      R.c.answer_format, R.c.options_json, R.c.gold, R.c.stage, R.c.strategy, R.c.parent_key)
+            .select_from(T.join(R, T.c.request_id == R.c.id)).where(T.c.id.in_(ids)).order_by(T.c.id)).mappings().all()
+        out = [dict(r) for r in rows]
+        parents = [r["parent_key"] for r in out if r["parent_key"]]
+        if parents:
+            prior = {(r.key, r.repeat): r for r in conn.execute(
+                sa.select(PR.c.key, PR.c.messages_json, P.c.raw_response, P.c.repeat)
+                .select_from(P.join(PR, P.c.request_id == PR.c.id))
+                .where(PR.c.key.in_(set(parents)), P.c.llm_id == llm_id, P.c.state == "done"))}
+            for r in out:
+                if r["parent_key"]:
+                    p = prior[(r["parent_key"], r["repeat"])]
+                    r["prior_messages_json"], r["prior_raw"] = p.messages_json, p.raw_response
+    return out
+
+
+def _to_messages(job: dict[str, Any]) -> list[BaseMessage]:
+    def conv(ms: list[dict[str, str]]) -> list[BaseMessage]:
+        return [SystemMessage(m["content"]) if m["role"] == "system" else
+                AIMessage(m["content"]) if m["role"] == "assistant" else HumanMessage(m["content"]) for m in ms]
+    msgs = json.loads(job["messages_json"] or "[]")
+    if job.get("parent_key"):
+        prior = json.loads(job["prior_messages_json"] or "[]")
+        return conv(prior) + [AIMessage(job["prior_raw"] or "")] + conv(msgs)
+    return conv(msgs)
+
+
+def _redact(text: str, secrets: list[str]) -> str:
+    for s in secrets:
+        if s:
+            text = text.replace(s, "***")
+    return text
+
+
+# ---------------------------------------------------------------- execution
+class Collector:
+    def __init__(self, db: TrialDB, spec: RunSpec, *, me: str | None = None, progress: bool = True,
+                 max_requests: int | None = None):
+        self.db, self.spec = db, spec
+        self.me = me or collector_id()
+        self.show_progress = progress
+        self.budget = max_requests if max_requests is not None else spec.budget.max_requests
+        self.secrets = [os.environ.get(m.api_key_env, "") for m in spec.llms if m.api_key_env]
+        self.results: asyncio.Queue = asyncio.Queue()
+        self.sent = 0
+        self.state: dict[str, dict[str, Any]] = {}
+
+    def _knowledge(self) -> tuple[dict[str, float], dict[str, tuple[float, float]]]:
+        with self.db.engine.connect() as conn:
+            items = {r.question: float(r.truth) for r in conn.execute(sa.select(Item.question, Item.truth)) if r.question}
+            srcs = {r.domain: (float(r.reliability), float(r.popularity if r.popularity is not None else 0.5))
+                    for r in conn.execute(sa.select(Source.domain, Source.reliability, Source.popularity))}
+        return items, srcs
+
+    async def run(self) -> CollectResult:
+        spec = self.spec
+        llm_ids = ensure_llms(self.db, spec)
+        planned = plan_trials(self.db, spec, llm_ids)
+        release_dead_claims(self.db)
+        with self.db.engine.begin() as conn:
+            run_id = conn.execute(sa.insert(Run.__table__).values(
+                spec_name=spec.name, spec_json=spec.model_dump_json(), code_version=code_version(),
+                started_at=utcnow(), status="running", host=socket.gethostname()).returning(Run.__table__.c.id)).scalar_one()
+        self.result = CollectResult(run_id=run_id, planned=planned)
+        T = Trial.__table__
+        with self.db.engine.connect() as conn:
+            states = [T.c.state == "pending", T.c.state == "claimed"] + ([T.c.state == "failed"] if spec.retry_failed else [])
+            todo = conn.execute(sa.select(sa.func.count()).select_from(T)
+                                .where(T.c.llm_id.in_(list(llm_ids.values())), sa.or_(*states))).scalar()
+        if self.budget is not None:
+            todo = min(todo, self.budget)
+        knowledge, src_knowledge = self._knowledge() if spec.design == "l2d" else ({}, {})
+        models = {m.name: build_chat_model(m, spec, knowledge=knowledge, source_knowledge=src_knowledge)
+                  for m in spec.llms}
+        t0 = time.perf_counter()
+        progress = Progress(TextColumn("[bold]{task.description}"), BarColumn(), MofNCompleteColumn(),
+                            TextColumn("{task.fields[rate]:.1f} req/s"), TextColumn("retries {task.fields[retries]}"),
+                            TextColumn("invalid {task.fields[invalid]}"), TimeElapsedColumn(), TimeRemainingColumn(),
+                            disable=not self.show_progress, transient=False)
+        with progress:
+            self.task = progress.add_task(f"collect {spec.name}", total=todo, rate=0.0, retries=0, invalid=0)
+            self.progress = progress
+            writer = asyncio.create_task(self._writer(t0))
+            await asyncio.gather(*(self._llm_loop(m, llm_ids[m.name], models[m.name]) for m in spec.llms))
+            await self.results.put(None)
+            await writer
+        self.result.elapsed_s = time.perf_counter() - t0
+        self.result.sent = self.sent
+        with self.db.engine.begin() as conn:
+            conn.execute(sa.update(Run.__table__).where(Run.__table__.c.id == run_id)
+                         .values(ended_at=utcnow(), status="finished"))
+        return self.result
+
+    def _take_budget(self, n: int) -> int:
+        if self.budget is None:
+            return n
+        n = max(0, min(n, self.budget - self.sent))
+        return n
+
+    async def _llm_loop(self, m: LLMSpec, llm_id: int, model: Any) -> None:
+        """Claim -> run -> write for one LLM. ``running`` bounds concurrency; ``unflushed``
+        counts results not yet in the database (a Design A posterior becomes claimable only
+        once its prior is written)."""
+        spec = self.spec
+        queue: asyncio.Queue = asyncio.Queue()
+        st = self.state[m.name] = {"running": 0, "unflushed": 0, "event": asyncio.Event()}
+
+        async def worker() -> None:
+            while True:
+                job = await queue.get()
+                if job is None:
+                    return
+                try:
+                    await self._execute(m, model, job)
+                finally:
+                    st["running"] -= 1
+                    st["event"].set()
+
+        workers = [asyncio.create_task(worker()) for _ in range(spec.concurrency)]
+        batch = max(4, 2 * spec.concurrency)
+        while True:
+            want = self._take_budget(batch - st["running"]) if st["running"] < spec.concurrency else 0
+            jobs = []
+            if want > 0:
+                jobs = await asyncio.to_thread(claim, self.db, llm_id, self.me, want, spec.lease_s, spec.retry_failed)
+            if jobs:
+                self.sent += len(jobs)
+                st["running"] += len(jobs)
+                st["unflushed"] += len(jobs)
+                for j in jobs:
+                    queue.put_nowait(j)
+                continue
+            if st["running"] == 0 and st["unflushed"] == 0 and (want > 0 or self._take_budget(1) == 0):
+                break
+            st["event"].clear()
+            try:
+                await asyncio.wait_for(st["event"].wait(), timeout=0.5)
+            except asyncio.TimeoutError:
+                pass
+        for _ in workers:
+            queue.put_nowait(None)
+        await asyncio.gather(*workers)
+
+    async def _execute(self, m: LLMSpec, model: Any, job: dict[str, Any]) -> None:
+        spec = self.spec
+        messages = _to_messages(job)
+        attempts: list[dict[str, Any]] = []
+        n0 = int(job["n_attempts"] or 0)
+        started = utcnow()
+
+        async def once() -> Any:
+            a = {"trial_id": job["id"], "n": n0 + len(attempts) + 1, "collector": self.me, "started_at": utcnow()}
+            attempts.append(a)
+            t = time.perf_counter()
+            try:
+                out = await asyncio.wait_for(model.ainvoke(messages), timeout=spec.timeout_s)
+            except BaseException as exc:  # noqa: BLE001 - every error is recorded
+                a.update(latency_ms=1000 * (time.perf_counter() - t), ok=False, error_type=error_type(exc),
+                         error=_redact(f"{type(exc).__name__}: {exc}", self.secrets)[:2000], http_status=http_status(exc))
+                raise
+            a.update(latency_ms=1000 * (time.perf_counter() - t), ok=True)
+            return out
+
+        r = spec.retry
+        retrying = AsyncRetrying(stop=stop_after_attempt(r.max_attempts),
+                                 wait=wait_exponential_jitter(initial=r.initial_wait_s, max=r.max_wait_s, jitter=r.jitter_s),
+                                 retry=retry_if_exception(is_retryable), reraise=True)
+        upd: dict[str, Any] = {"id": job["id"], "started_at": started}
+        try:
+            out = await retrying(once)
+        except Exception as exc:  # noqa: BLE001
+            upd.update(state="failed", status="api_error", valid=False,
+                       error=_redact(f"{type(exc).__name__}: {exc}", self.secrets)[:2000])
+        else:
+            raw = out.content if isinstance(out.content, str) else json.dumps(out.content)
+            want_rel = job.get("strategy") == "Reliability" and job.get("stage") == "posterior"
+            p = parse(job["answer_format"], raw, want_reliability=want_rel)
+            usage = getattr(out, "usage_metadata", None) or {}
+            choice = correct = None
+            if p.valid and job["answer_format"] == "letter":
+                opts = json.loads(job["options_json"] or "{}")
+                choice = opts.get(p.answer)
+            if p.valid and job["gold"] is not None:
+                correct = p.answer == job["gold"]
+            upd.update(state="done", status="ok" if p.valid else failure_status(raw), raw_response=raw, answer=p.answer,
+                       value=p.value, valid=p.valid, parse_error=p.error, rated_reliability=p.rated_reliability,
+                       choice=choice, correct=correct, latency_ms=attempts[-1]["latency_ms"],
+                       tokens_in=usage.get("input_tokens"), tokens_out=usage.get("output_tokens"),
+                       messages_json=dumps([{"role": x.type, "content": x.content} for x in messages])
+                       if job.get("parent_key") else None)
+        upd["n_attempts"] = n0 + len(attempts)
+        upd["finished_at"] = utcnow()
+        await self.results.put((m.name, upd, attempts))
+
+    async def _writer(self, t0: float) -> None:
+        T = Trial.__table__
+        cols = ["state", "status", "raw_response", "answer", "value", "valid", "parse_error", "error",
+                "rated_reliability", "choice", "correct", "latency_ms", "tokens_in", "tokens_out", "messages_json",
+                "n_attempts", "started_at", "finished_at"]
+        stmt = (sa.update(T).where(T.c.id == sa.bindparam("_id"), T.c.claimed_by == self.me, T.c.state == "claimed")
+                .values({c: sa.bindparam("_" + c) for c in cols}))
+        stop = False
+        res = self.result
+        while not stop:
+            item = await self.results.get()
+            batch = [item]
+            await asyncio.sleep(0.05)
+            while not self.results.empty():
+                batch.append(self.results.get_nowait())
+            if batch[-1] is None or None in batch:
+                stop = True
+                batch = [b for b in batch if b is not None]
+            if not batch:
+                continue
+            params, attempts = [], []
+            for name, upd, atts in batch:
+                params.append({"_id": upd["id"], **{"_" + c: upd.get(c) for c in cols}})
+                attempts.extend(atts)
+            updated = await asyncio.to_thread(self._flush, stmt, params, attempts)
+            res.lost_leases += len(batch) - updated
+            for name, upd, atts in batch:
+                self.state[name]["unflushed"] -= 1
+                self.state[name]["event"].set()
+                e = res.per_llm.setdefault(name, {"done": 0, "valid": 0, "failed": 0, "attempts": 0})
+                e["attempts"] += len(atts)
+                res.attempts += len(atts)
+                res.retries += max(0, len(atts) - 1)
+                if upd["state"] == "done":
+                    e["done"] += 1
+                    res.done += 1
+                    if upd.get("valid"):
+                        e["valid"] += 1
+                        res.valid += 1
+                else:
+                    e["failed"] += 1
+                    res.failed += 1
+            el = time.perf_counter() - t0
+            self.progress.update(self.task, advance=len(batch), rate=(res.done + res.failed) / el if el else 0.0,
+                                 retries=res.retries, invalid=res.done - res.valid)
+
+    def _flush(self, stmt: Any, params: list[dict[str, Any]], attempts: list[dict[str, Any]]) -> int:
+        T = Trial.__table__
+        with self.db.engine.begin() as conn:
+            # rowcount of executemany is unreliable across drivers: count rows we still hold
+            ids = [p["_id"] for p in params]
+            held = conn.execute(sa.select(sa.func.count()).select_from(T)
+                                .where(T.c.id.in_(ids), T.c.claimed_by == self.me, T.c.state == "claimed")).scalar()
+            conn.execute(stmt, params)
+            insert_ignore(conn, Attempt, attempts, ["trial_id", "n"])
+        return int(held or 0)
+
+
+def collect(db: TrialDB | str, spec: RunSpec, *, progress: bool = True, max_requests: int | None = None,
+            me: str | None = None) -> CollectResult:
+    """Run a collection spec against a database (resumable; see module docstring)."""
+    if isinstance(db, str):
+        db = TrialDB(db)
+    return asyncio.run(Collector(db, spec, progress=progress, max_requests=max_requests, me=me).run())

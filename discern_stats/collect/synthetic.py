@@ -1,0 +1,305 @@
+"""The synthetic respondent: a SIMULATOR, not an LLM (SPEC "Validation by simulation").
+
+`SyntheticChatModel` is a LangChain ``BaseChatModel`` that reads only the rendered prompt
+text and answers like a respondent with known cue weights (profiles in
+``discern_stats/data/profiles.yaml``):
+
+- Design B P4 choices: logit P(choose B) = intercept + sum_k w_k x_k + u_world, with the
+  cues x_k parsed from the text and coded as `discern_stats.coding.cue_codes` codes labels,
+  u_world ~ N(0, world_sd) fixed per world (hash of the entity code), plus the profile's
+  additive weight shifts under interventions C1..C4 (detected from the appended text).
+- Design B identification probes: correct with the profile's accuracy, else a wrong option.
+- Design A: its "knowledge" is the item bank (question -> truth) and the source table
+  (domain -> reliability, popularity), as an LLM's parametric knowledge would be. Prior:
+  exact with prob ``prior_exact``, else T * exp(N(0, prior_sd)). Posterior: a hurdle —
+  update with prob logistic(update . [1, R, P, I~]); if it updates, it moves a fraction
+  f ~ Beta(mean=logistic(fraction . [1, R, P, I~]), phi) of the way to the claim.
+
+Answers are deterministic given (profile seed, prompt text, repeat), so a rerun of a plan
+reproduces the same data. A configurable share of answers is invalid on purpose.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import hashlib
+import json
+import math
+import re
+import time
+from functools import lru_cache
+from importlib import resources
+from typing import Any
+
+import numpy as np
+import yaml
+from langchain_core.callbacks import AsyncCallbackManagerForLLMRun, CallbackManagerForLLMRun
+from langchain_core.language_models.chat_models import BaseChatModel
+from langchain_core.messages import AIMessage, BaseMessage
+from langchain_core.outputs import ChatGeneration, ChatResult
+from pydantic import ConfigDict, Field
+
+from ..coding import CUES
+from ..errors import SpecError
+
+SIMULATOR_NOTE = "SIMULATOR (synthetic respondent with known weights; not a real LLM)"
+
+
+@lru_cache(maxsize=1)
+def _builtin_profiles() -> dict[str, Any]:
+    with resources.files("discern_stats.data").joinpath("profiles.yaml").open() as f:
+        return yaml.safe_load(f)
+
+
+def load_profiles(path: str | None = None) -> dict[str, Any]:
+    """Built-in profiles, updated with those in ``path`` (YAML of the same shape)."""
+    profiles = dict(_builtin_profiles())
+    if path:
+        with open(path) as f:
+            profiles.update(yaml.safe_load(f) or {})
+    return profiles
+
+
+def get_profile(name: str, path: str | None = None) -> dict[str, Any]:
+    profiles = load_profiles(path)
+    if name not in profiles:
+        raise SpecError(f"unknown synthetic profile {name!r}; known: {', '.join(sorted(profiles))}")
+    return profiles[name]
+
+
+def true_cue_weights(profile: dict[str, Any], intervention: str = "C0") -> dict[str, float]:
+    """The profile's true logit weights under an intervention (C0 = base)."""
+    w = {k: float(profile["cue"]["weights"].get(k, 0.0)) for k in CUES}
+    for k, v in (profile["cue"].get("interventions", {}).get(intervention, {}) or {}).items():
+        w[k] += float(v)
+    return w
+
+
+def _logistic(x: float) -> float:
+    return 1.0 / (1.0 + math.exp(-x))
+
+
+def _seed(*parts: Any) -> int:
+    return int.from_bytes(hashlib.blake2b("\x1f".join(map(str, parts)).encode(), digest_size=8).digest(), "little")
+
+
+# ---------------------------------------------------------------- reading Design B text
+_HIST = re.compile(r"(O\d)(?:'s track record: (\d) out of 8|: in 8 fully verified earlier cases, (\d) of)")
+_RECORD = re.compile(r"Record (e\d) is .*? made by (O\d), describing (\d\d:\d\d)")
+_MSG = re.compile(r"^Message \d+( \(repeated\))?.*?(?:cites record (e\d)\. It states that at (\d\d:\d\d) the .+? was (.+?)\."
+                  r"|citing record (e\d), saying that as of (\d\d:\d\d) .+?'s .+? was (.+?)\.)$", re.M)
+_INITIAL = re.compile(r"^Trusted initial record \(10:00\): the .+? of .+? was (.+?)\.$", re.M)
+_VERIFIED = re.compile(r"^Trusted target-time verification \(14:00\): the .+? of .+? was (.+?)\.$", re.M)
+_OPTION = re.compile(r"^([A-D])\. (.+)$", re.M)
+_CODE = re.compile(r"\b([A-Z]{2}-\d{4})\b")
+
+
+def read_cue_prompt(text: str) -> dict[str, Any]:
+    """Parse a rendered Design B prompt into the facts a respondent would use."""
+    initial = _INITIAL.search(text)
+    value_a = initial.group(1) if initial else None
+    hist = {m.group(1): int(m.group(2) or m.group(3)) for m in _HIST.finditer(text)}
+    records = {m.group(1): (m.group(2), m.group(3)) for m in _RECORD.finditer(text)}
+    msgs = []
+    for m in _MSG.finditer(text):
+        rec = m.group(2) or m.group(5)
+        t = m.group(3) or m.group(6)
+        val = m.group(4) or m.group(7)
+        msgs.append({"record": rec, "time": t, "state": "A" if val == value_a else "B", "repeated": bool(m.group(1))})
+    ver = _VERIFIED.search(text)
+    question = text.strip().split("\n\n")[-1]
+    options = dict(_OPTION.findall(question))
+    if "Weighting rule:" in text:
+        iv = "C4"
+    elif "Evidence ledger" in text:
+        iv = "C3"
+    elif "Summary of the relevant facts:" in text:
+        iv = "C2"
+    elif "Facilities inventory (unrelated to the case)" in text:
+        iv = "C1"
+    else:
+        iv = "C0"
+    code = _CODE.search(text)
+    return {"value_a": value_a, "histories": hist, "records": records, "messages": msgs,
+            "limited": "Part of the target identifier is unavailable" in text,
+            "verified": None if ver is None else ("A" if ver.group(1) == value_a else "B"),
+            "question": question, "options": options, "intervention": iv, "world": code.group(1) if code else ""}
+
+
+def cue_codes_from_text(facts: dict[str, Any]) -> dict[str, float]:
+    """Cue codes read from the prompt; equal to `coding.cue_codes` of the request's labels."""
+    x = dict.fromkeys(CUES, 0.0)
+    msgs = facts["messages"]
+    hist, recs = facts["histories"], facts["records"]
+    a_msgs = [m for m in msgs if m["state"] == "A"]
+    b_msgs = [m for m in msgs if m["state"] == "B"]
+    if facts["verified"] is not None:
+        x["verified"] = 0.5 if facts["verified"] == "B" else -0.5
+        return x
+    if not a_msgs:  # factorial: all reports support B against the trusted initial A
+        k = np.mean([hist[recs[m["record"]][0]] for m in b_msgs])
+        x["R"] = 0.5 if k >= 5.5 else -0.5
+        x["Q"] = -0.5 if facts["limited"] else 0.5
+        x["I"] = 0.5 if len({m["record"] for m in b_msgs}) > 1 else -0.5
+        return x
+    ta, tb = a_msgs[0]["time"], b_msgs[0]["time"]
+    ha, hb = hist[recs[a_msgs[0]["record"]][0]], hist[recs[b_msgs[0]["record"]][0]]
+    if ta != tb:  # order x time block
+        x["time"] = 0.5 if tb > ta else -0.5
+        x["order"] = 0.5 if msgs[0]["state"] == "B" else -0.5
+    elif ha != hb:  # swap block
+        x["history"] = 0.5 if hb > ha else -0.5
+    else:  # report-structure block
+        n_lines = len(b_msgs)
+        n_relays = len([m for m in b_msgs if not m["repeated"]])
+        n_roots = len({m["record"] for m in b_msgs})
+        x["repetition"] = 0.5 if n_lines >= 2 else -0.5
+        x["speaker"] = 0.5 if n_relays >= 2 else -0.5
+        x["lineage"] = 0.5 if n_roots >= 2 else -0.5
+    return x
+
+
+class SyntheticChatModel(BaseChatModel):
+    """LangChain chat model that simulates a respondent with known weights (a SIMULATOR)."""
+
+    profile_name: str = "source-sensitive"
+    respondent_profile: dict[str, Any] = Field(default_factory=dict)
+    seed: int = 0
+    knowledge: dict[str, float] = Field(default_factory=dict)  # question -> truth
+    source_knowledge: dict[str, tuple[float, float]] = Field(default_factory=dict)  # domain -> (R, P)
+    invalid_rate: float | None = None
+    latency_ms: float | None = None
+    model_config = ConfigDict(arbitrary_types_allowed=True)
+
+    def model_post_init(self, __context: Any) -> None:
+        if not self.respondent_profile:
+            self.respondent_profile = get_profile(self.profile_name)
+        if not self.knowledge or not self.source_knowledge:
+            from ..designs.l2d import demo_items, demo_sources
+            if not self.knowledge:
+                self.knowledge = {q: float(t) for q, t in zip(demo_items().question, demo_items().truth)}
+            if not self.source_knowledge:
+                ds_ = demo_sources()
+                self.source_knowledge = {d: (float(r), float(p)) for d, r, p in
+                                         zip(ds_.domain, ds_.reliability, ds_.popularity)}
+
+    @property
+    def _llm_type(self) -> str:
+        return "synthetic-respondent"
+
+    @property
+    def _identifying_params(self) -> dict[str, Any]:
+        return {"profile": self.profile_name, "seed": self.seed, "simulator": True}
+
+    # -- answering
+    def respond(self, messages: list[BaseMessage]) -> str:
+        texts = [(m.type, m.content if isinstance(m.content, str) else json.dumps(m.content)) for m in messages]
+        human = [t for r, t in texts if r == "human"]
+        last = human[-1] if human else ""
+        key = _seed(self.profile_name, self.seed, *[t for _, t in texts])
+        rng = np.random.default_rng(key)
+        inv = self.respondent_profile.get("invalid_rate", 0.0) if self.invalid_rate is None else self.invalid_rate
+        if rng.random() < inv:
+            return rng.choice(["I am not sure which option the case supports.", '{"answer": "maybe"}',
+                               "Answer: probably the first one"])
+        if "Fictional case" in last or "The following" in last and "fictional" in last:
+            return self._respond_cue(last, rng)
+        return self._respond_l2d(texts, rng)
+
+    def _respond_cue(self, text: str, rng: np.random.Generator) -> str:
+        f = read_cue_prompt(text)
+        q, opts = f["question"], f["options"]
+        acc = self.respondent_profile["cue"]["accuracy"]
+        if "Return one integer from 0 to 8." in text:
+            o = re.search(r"cases for (O\d)", q).group(1)
+            truth = f["histories"].get(o, 0)
+            if rng.random() < acc["P3ab"]:
+                return str(truth)
+            return str(int(rng.choice([k for k in range(9) if k != truth])))
+        if "better supported" in q:
+            c = self.respondent_profile["cue"]
+            w = true_cue_weights(self.respondent_profile, f["intervention"])
+            x = cue_codes_from_text(f)
+            u = np.random.default_rng(_seed("world", self.profile_name, self.seed, f["world"])).normal(0, c["world_sd"])
+            p_b = _logistic(c["intercept"] + sum(w[k] * x[k] for k in x) + u)
+            state = "B" if rng.random() < p_b else "A"
+            val = f["value_a"] if state == "A" else next(v for v in opts.values() if v != f["value_a"])
+            letter = next(k for k, v in opts.items() if v == val)
+            return json.dumps({"answer": letter})
+        if "trusted initial record give" in q:
+            gold, p = next(k for k, v in opts.items() if v == f["value_a"]), acc["P1"]
+        elif "correctly matches the later messages" in q:
+            recs = [m["record"] for m in f["messages"]]
+            sep = len(set(recs)) > 1
+            gold = ("A" if not f["limited"] else "B") if sep else ("C" if not f["limited"] else "D")
+            p = acc["P2"]
+        elif "higher observed proportion" in q:
+            h = f["histories"]
+            gold = "A" if h["O1"] > h["O2"] else "B" if h["O2"] > h["O1"] else "C"
+            p = acc["P3c"]
+        else:
+            gold, p = sorted(opts)[0], 0.5
+        if rng.random() < p:
+            return json.dumps({"answer": gold})
+        return json.dumps({"answer": str(rng.choice([k for k in opts if k != gold]))})
+
+    def _respond_l2d(self, texts: list[tuple[str, str]], rng: np.random.Generator) -> str:
+        from ..designs.l2d import format_number
+        cfg = self.respondent_profile["l2d"]
+        human = [t for r, t in texts if r == "human"]
+        system = next((t for r, t in texts if r == "system"), "")
+        qm = re.search(r"Question: (.+?)\n", human[0] + "\n")
+        question = qm.group(1) if qm else human[0]
+        truth = self.knowledge.get(question)
+        if truth is None:
+            truth = float(np.random.default_rng(_seed("unknown", question)).integers(1, 1000))
+        if len(human) == 1:
+            qrng = np.random.default_rng(_seed("prior", self.profile_name, self.seed, question, system))
+            prior = truth if qrng.random() < cfg["prior_exact"] else truth * math.exp(qrng.normal(0, cfg["prior_sd"]))
+            return json.dumps({"answer": float(format_number(float(f"{prior:.4g}")))})
+        prior_text = next((t for r, t in reversed(texts) if r == "ai"), "")
+        try:
+            p1 = float(json.loads(prior_text.strip().splitlines()[-1])["answer"])
+        except Exception:
+            p1 = truth
+        m = re.search(r"^(.+?) says the answer is ([-+0-9.eE]+)\. What do you think now\?", human[-1])
+        if not m:
+            return json.dumps({"answer": p1})
+        src, claim = m.group(1), float(m.group(2))
+        rel, pop = self.source_knowledge.get(src, (0.5, 0.5))
+        denom = abs(p1 - truth) + abs(claim - truth)
+        imp = 0.0 if denom == 0 else (abs(p1 - truth) - abs(claim - truth)) / denom
+        u, fr = cfg["update"], cfg["fraction"]
+        p_up = _logistic(u["intercept"] + u["reliability"] * rel + u["popularity"] * pop + u["improvement"] * imp)
+        p2 = p1
+        if claim != p1 and rng.random() < p_up:
+            mu = _logistic(fr["intercept"] + fr["reliability"] * rel + fr["popularity"] * pop + fr["improvement"] * imp)
+            frac = rng.beta(mu * fr["phi"], (1 - mu) * fr["phi"])
+            p2 = p1 + frac * (claim - p1)
+        out: dict[str, Any] = {"answer": float(format_number(float(f"{p2:.6g}")))}
+        if "rate how reliable" in human[-1]:
+            out = {"reliability": round(float(np.clip(rel + rng.normal(0, cfg.get("rating_sd", 0.2)), 0, 1)), 3), **out}
+        return json.dumps(out)
+
+    # -- LangChain plumbing
+    def _result(self, messages: list[BaseMessage]) -> ChatResult:
+        text = self.respond(messages)
+        n_in = sum(len(str(m.content).split()) for m in messages)
+        msg = AIMessage(content=text, usage_metadata={"input_tokens": n_in, "output_tokens": len(text.split()),
+                                                      "total_tokens": n_in + len(text.split())},
+                        response_metadata={"model_name": f"synthetic:{self.profile_name}", "simulator": True})
+        return ChatResult(generations=[ChatGeneration(message=msg)])
+
+    def _generate(self, messages: list[BaseMessage], stop: list[str] | None = None,
+                  run_manager: CallbackManagerForLLMRun | None = None, **kwargs: Any) -> ChatResult:
+        lat = self.respondent_profile.get("latency_ms", 0) if self.latency_ms is None else self.latency_ms
+        if lat:
+            time.sleep(lat / 1000)
+        return self._result(messages)
+
+    async def _agenerate(self, messages: list[BaseMessage], stop: list[str] | None = None,
+                         run_manager: AsyncCallbackManagerForLLMRun | None = None, **kwargs: Any) -> ChatResult:
+        lat = self.respondent_profile.get("latency_ms", 0) if self.latency_ms is None else self.latency_ms
+        if lat:
+            await asyncio.sleep(lat / 1000)
+        return self._result(messages)

@@ -1,0 +1,138 @@
+"""A loopback OpenAI-compatible chat-completions server backed by the synthetic respondent.
+
+For tests and benchmarks of the real client path (``langchain-openai`` through ``base_url``):
+it can inject HTTP 429s, 500s, delays and malformed bodies at configured rates. It binds
+only to 127.0.0.1. It is a SIMULATOR endpoint, never a real LLM.
+
+    with FakeOpenAIServer(profile="credulous", fault_rate=0.2) as srv:
+        ChatOpenAI(base_url=srv.base_url, api_key="x", model="synthetic")
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import random
+import threading
+import time
+from typing import Any
+
+from langchain_core.messages import AIMessage, HumanMessage, SystemMessage
+
+
+class FakeOpenAIServer:
+    def __init__(self, profile: str = "source-sensitive", *, latency_ms: float = 0.0, fault_rate: float = 0.0,
+                 faults: tuple[str, ...] = ("429", "500", "delay", "malformed"), delay_s: float = 0.3,
+                 seed: int = 0, port: int = 0, invalid_rate: float | None = None):
+        from .collect.synthetic import SyntheticChatModel
+        self.model = SyntheticChatModel(profile_name=profile, latency_ms=0, invalid_rate=invalid_rate)
+        self.latency_ms, self.fault_rate, self.faults, self.delay_s = latency_ms, fault_rate, faults, delay_s
+        self.rng = random.Random(seed)
+        self.port = port
+        self.counts: dict[str, int] = {"requests": 0, "ok": 0, **{f: 0 for f in faults}}
+        self._loop: asyncio.AbstractEventLoop | None = None
+        self._thread: threading.Thread | None = None
+        self._ready = threading.Event()
+
+    @property
+    def base_url(self) -> str:
+        return f"http://127.0.0.1:{self.port}/v1"
+
+    # -- HTTP
+    async def _handle(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        try:
+            while True:
+                head = await reader.readuntil(b"\r\n\r\n")
+                lines = head.decode("latin-1").split("\r\n")
+                method, path, _ = lines[0].split(" ", 2)
+                headers = {k.strip().lower(): v.strip() for k, v in (ln.split(":", 1) for ln in lines[1:] if ":" in ln)}
+                body = await reader.readexactly(int(headers.get("content-length", "0")))
+                status, payload = await self._respond(method, path, body)
+                data = payload if isinstance(payload, bytes) else json.dumps(payload).encode()
+                writer.write(f"HTTP/1.1 {status} X\r\nContent-Type: application/json\r\nContent-Length: {len(data)}\r\n"
+                             f"Connection: keep-alive\r\n\r\n".encode() + data)
+                await writer.drain()
+        except (asyncio.IncompleteReadError, ConnectionResetError, asyncio.LimitOverrunError, ValueError,
+                asyncio.CancelledError):
+            pass
+        finally:
+            writer.close()
+
+    async def _respond(self, method: str, path: str, body: bytes) -> tuple[int, Any]:
+        self.counts["requests"] += 1
+        if not path.endswith("/chat/completions") or method != "POST":
+            return 404, {"error": {"message": f"no route {method} {path}"}}
+        fault = None
+        if self.fault_rate and self.rng.random() < self.fault_rate:
+            fault = self.rng.choice(self.faults)
+            self.counts[fault] += 1
+        if fault == "429":
+            return 429, {"error": {"message": "rate limited (injected)", "type": "rate_limit"}}
+        if fault == "500":
+            return 500, {"error": {"message": "internal error (injected)"}}
+        if fault == "malformed":
+            return 200, b'{"id": "x", "choices": [ {"message": '
+        if fault == "delay":
+            await asyncio.sleep(self.delay_s)
+        if self.latency_ms:
+            await asyncio.sleep(self.latency_ms / 1000)
+        req = json.loads(body)
+        msgs = [SystemMessage(m["content"]) if m["role"] == "system" else AIMessage(m["content"])
+                if m["role"] == "assistant" else HumanMessage(m["content"]) for m in req["messages"]]
+        text = self.model.respond(msgs)
+        self.counts["ok"] += 1
+        n_in = sum(len(m["content"].split()) for m in req["messages"])
+        return 200, {"id": f"chatcmpl-{self.counts['requests']}", "object": "chat.completion", "created": int(time.time()),
+                     "model": req.get("model", "synthetic"),
+                     "choices": [{"index": 0, "message": {"role": "assistant", "content": text}, "finish_reason": "stop"}],
+                     "usage": {"prompt_tokens": n_in, "completion_tokens": len(text.split()),
+                               "total_tokens": n_in + len(text.split())}}
+
+    # -- lifecycle
+    def _run(self) -> None:
+        self._loop = asyncio.new_event_loop()
+
+        async def main() -> None:
+            server = await asyncio.start_server(self._handle, "127.0.0.1", self.port, limit=2 ** 22, backlog=1024)
+            self.port = server.sockets[0].getsockname()[1]
+            self._server = server
+            self._ready.set()
+            async with server:
+                await server.serve_forever()
+        try:
+            self._loop.run_until_complete(main())
+        except asyncio.CancelledError:
+            pass
+
+    def start(self) -> "FakeOpenAIServer":
+        self._thread = threading.Thread(target=self._run, daemon=True)
+        self._thread.start()
+        self._ready.wait(10)
+        return self
+
+    def stop(self) -> None:
+        if self._loop is not None:
+            def _close() -> None:
+                self._server.close()
+                for t in asyncio.all_tasks(self._loop):
+                    t.cancel()
+            self._loop.call_soon_threadsafe(_close)
+        if self._thread is not None:
+            self._thread.join(5)
+
+    def __enter__(self) -> "FakeOpenAIServer":
+        return self.start()
+
+    def __exit__(self, *exc: Any) -> None:
+        self.stop()
+
+
+def serve_forever(profile: str = "source-sensitive", port: int = 8765, latency_ms: float = 0.0,
+                  fault_rate: float = 0.0) -> None:  # pragma: no cover - used by benchmarks in a subprocess
+    srv = FakeOpenAIServer(profile, port=port, latency_ms=latency_ms, fault_rate=fault_rate).start()
+    print(f"serving {srv.base_url}", flush=True)
+    try:
+        while True:
+            time.sleep(3600)
+    except KeyboardInterrupt:
+        srv.stop()

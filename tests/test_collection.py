@@ -1,0 +1,188 @@
+"""Collection: real client path with faults, resume after SIGKILL, two PostgreSQL collectors,
+invalid outputs kept, spec validation, API keys never stored."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import textwrap
+import time
+
+import pandas as pd
+import pytest
+import sqlalchemy as sa
+
+import discern_stats as ds
+from discern_stats.collect.parsing import parse_integer, parse_letter, parse_number
+from discern_stats.collect.runner import collect
+from discern_stats.collect.spec import load_spec, spec_from_dict
+from discern_stats.db import Attempt, Trial
+from discern_stats.designs import design_cue, design_l2d
+from discern_stats.errors import SpecError
+from discern_stats.testing import FakeOpenAIServer
+
+
+def _spec(**kw):
+    base = {"name": "t", "design": "cue", "llms": [{"name": "sim", "provider": "synthetic:source-sensitive"}],
+            "concurrency": 8, "retry": {"max_attempts": 8, "initial_wait_s": 0.01, "max_wait_s": 0.05, "jitter_s": 0.01}}
+    base.update(kw)
+    return spec_from_dict(base)
+
+
+def test_parsers():
+    assert parse_letter('{"answer": "B"}').answer == "B"
+    assert parse_letter('```json\n{"answer": "c"}\n```').answer == "C"
+    assert not parse_letter("B").valid and not parse_letter('{"answer": "E"}').valid
+    assert not parse_letter('{"answer": "A", "why": "x"}').valid
+    assert parse_integer("7").value == 7 and not parse_integer("9").valid and not parse_integer("seven").valid
+    assert parse_number('{"answer": 1.5e3}').value == 1500
+    assert parse_number('Step 1...\n{"answer": "42"}').value == 42
+    p = parse_number('{"reliability": 0.7, "answer": 3}', want_reliability=True)
+    assert p.valid and p.rated_reliability == 0.7
+    assert not parse_number('{"answer": 3}', want_reliability=True).valid
+
+
+def test_spec_errors(tmp_path):
+    with pytest.raises(SpecError, match="unknown key 'concurency'"):
+        spec_from_dict({"name": "x", "design": "cue", "llms": [{"name": "a", "provider": "synthetic:credulous"}],
+                        "concurency": 3})
+    with pytest.raises(SpecError, match="unknown provider 'foo:bar'"):
+        spec_from_dict({"name": "x", "design": "cue", "llms": [{"name": "a", "provider": "foo:bar"}]})
+    with pytest.raises(SpecError, match="design"):
+        spec_from_dict({"name": "x", "design": "abc", "llms": [{"name": "a", "provider": "synthetic:credulous"}]})
+    f = tmp_path / "s.yaml"
+    f.write_text("name: x\ndesign: cue\nllms: [{name: a, provider: 'synthetic:credulous'}]\ninterventions: [C7]\n")
+    with pytest.raises(SpecError, match="unknown intervention 'C7'"):
+        load_spec(f)
+    for p in ("collection/demo_cue.yaml", "collection/demo_l2d.yaml", "collection/example_real_llms.yaml"):
+        load_spec(os.path.join(os.path.dirname(__file__), "..", p))
+
+
+def test_fault_injecting_server_every_attempt_recorded(sqlite_url, monkeypatch):
+    db = ds.TrialDB(sqlite_url)
+    design_cue(db.engine, n_worlds=4)
+    monkeypatch.setenv("FAKE_KEY", "sk-secret-value-123")
+    with FakeOpenAIServer("credulous", fault_rate=0.2, delay_s=0.05, seed=1) as srv:
+        spec = _spec(llms=[{"name": "fake-openai", "provider": "openai:synthetic", "base_url": srv.base_url,
+                            "api_key_env": "FAKE_KEY"}], timeout_s=5)
+        res = collect(db, spec, progress=False)
+        counts = dict(srv.counts)
+    assert res.planned == 4 * 48 and res.done == 4 * 48 and res.failed == 0
+    att = db.attempts()
+    assert len(att) == counts["requests"] == res.attempts
+    failed_attempts = att[~att.ok]
+    assert len(failed_attempts) == counts["429"] + counts["500"] + counts["malformed"]
+    assert counts["429"] > 0 and counts["500"] > 0 and counts["malformed"] > 0 and counts["delay"] > 0
+    assert set(failed_attempts.error_type) == {"rate_limit", "server_error", "malformed_response"}
+    assert (failed_attempts[failed_attempts.http_status == 429].error_type == "rate_limit").all()
+    log = db.trial_log("cue")
+    assert log.raw_response.notna().all() and (log.tokens_in > 0).all() and log.latency_ms.notna().all()
+    assert (log.n_attempts >= 1).all() and log.n_attempts.sum() == len(att)
+    # API keys never written
+    with db.engine.connect() as c:
+        for t in sa.inspect(db.engine).get_table_names():
+            for row in c.execute(sa.text(f'SELECT * FROM "{t}"')):  # table names from the inspector, not user input
+                assert "sk-secret-value-123" not in str(row)
+
+
+def test_invalid_outputs_kept_and_counted(sqlite_url):
+    db = ds.TrialDB(sqlite_url)
+    design_cue(db.engine, n_worlds=5)
+    spec = _spec(llms=[{"name": "sim", "provider": "synthetic:credulous", "extra": {"invalid_rate": 0.25}}])
+    res = collect(db, spec, progress=False)
+    df = db.trials("cue")
+    assert len(df) == 240 and res.done == 240
+    n_invalid = (~df.valid).sum()
+    assert 30 < n_invalid < 90 and res.done - res.valid == n_invalid
+    log = db.trial_log("cue")
+    bad = log[log.valid == False]  # noqa: E712
+    assert bad.raw_response.notna().all() and bad.parse_error.notna().all()
+    assert set(bad.status) <= {"parse_failure", "refusal"}
+    assert (bad.n_attempts == 1).all()  # never silently retried into validity
+
+
+def test_design_a_conversation_and_resume(sqlite_url):
+    db = ds.TrialDB(sqlite_url)
+    design_l2d(db.engine, strategies=("zero-shot", "Reliability"), items=["demo-01", "demo-02"])
+    spec = spec_from_dict({"name": "a", "design": "l2d", "llms": [{"name": "sim", "provider": "synthetic:source-sensitive"}]})
+    r1 = collect(db, spec, progress=False, max_requests=10)
+    assert r1.sent == 10
+    r2 = collect(db, spec, progress=False)
+    df = db.trials("l2d")
+    assert len(df) == 2 * 2 * 30 and r1.done + r2.done == 4 + 120
+    log = db.trial_log("l2d")
+    post = log[log.stage == "posterior"]
+    assert len(post) == 120
+    with db.engine.connect() as c:
+        msgs = [m for (m,) in c.execute(sa.select(Trial.messages_json).where(Trial.messages_json.is_not(None)))]
+    import json
+    m = json.loads(msgs[0])
+    assert [x["role"] for x in m] == ["system", "human", "ai", "human"] and "says the answer is" in m[-1]["content"]
+    rel = df[df.strategy == "Reliability"]
+    assert rel.rated_reliability.notna().mean() > 0.9
+    assert collect(db, spec, progress=False).sent == 0
+
+
+WORKER = textwrap.dedent('''
+    import sys
+    from discern_stats.collect.runner import collect
+    from discern_stats.collect.spec import spec_from_dict
+    import discern_stats as ds
+    url, latency = sys.argv[1], float(sys.argv[2])
+    spec = spec_from_dict({"name": "w", "design": "cue", "concurrency": 4, "lease_s": 600,
+                           "llms": [{"name": "sim", "provider": "synthetic:credulous", "extra": {"latency_ms": latency}}]})
+    r = collect(ds.TrialDB(url), spec, progress=False)
+    print("DONE", r.done, flush=True)
+''')
+
+
+def _run_worker(url, latency, tmp_path):
+    f = tmp_path / "worker.py"
+    f.write_text(WORKER)
+    return subprocess.Popen([sys.executable, str(f), url, str(latency)], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                            text=True)
+
+
+def _no_duplicates(db, n_expected):
+    df = db.table(Trial)
+    assert len(df) == n_expected and df.key.is_unique
+    assert (df.state == "done").all()
+    att = db.attempts()
+    ok = att[att.ok].groupby("trial_id").size()
+    assert ok.max() == 1 and len(ok) == n_expected  # each request answered exactly once
+
+
+def test_sigkill_then_resume(sqlite_url, tmp_path):
+    db = ds.TrialDB(sqlite_url)
+    design_cue(db.engine, n_worlds=3)
+    p = _run_worker(sqlite_url, 40, tmp_path)
+    deadline = time.time() + 60
+    while time.time() < deadline:
+        done = (db.table(Trial).state == "done").sum() if len(db.table(Trial)) else 0
+        if done >= 20:
+            break
+        time.sleep(0.1)
+    os.kill(p.pid, signal.SIGKILL)
+    p.wait()
+    t = db.table(Trial)
+    assert 20 <= (t.state == "done").sum() < 144
+    q = _run_worker(sqlite_url, 40, tmp_path)
+    out, err = q.communicate(timeout=120)
+    assert q.returncode == 0, err
+    _no_duplicates(db, 144)
+
+
+@pytest.mark.postgres
+def test_two_collectors_share_one_postgres_plan(pg_url, tmp_path):
+    db = ds.TrialDB(pg_url)
+    design_cue(db.engine, n_worlds=4)
+    ps = [_run_worker(pg_url, 5, tmp_path) for _ in range(2)]
+    outs = [p.communicate(timeout=180) for p in ps]
+    assert all(p.returncode == 0 for p in ps), [o[1][-2000:] for o in outs]
+    dones = [int(o[0].split("DONE")[1]) for o in outs]
+    assert sum(dones) == 192 and min(dones) > 0  # both did work, none twice
+    _no_duplicates(db, 192)
+    owners = db.attempts().groupby("collector").size()
+    assert len(owners) == 2
