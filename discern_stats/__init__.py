@@ -10,10 +10,13 @@ from .db import DEFAULT_DB_URL
 from .errors import DatabaseURLError, DiscernError, InputError, SpecError, StaleFitError
 from .interchange import export_trials, import_items, import_sources, import_trials, read_table
 from .trialdb import TrialDB
+from .stats import holm, intervention_contrasts, intervention_family, metrics
+from .stats.bootstrap import resample_counts as bootstrap_counts
 
 __version__ = "0.1.0"
 
 __all__ = [
     "DEFAULT_DB_URL", "TrialDB", "DiscernError", "InputError", "DatabaseURLError", "SpecError",
-    "StaleFitError", "import_items", "import_sources", "import_trials", "export_trials", "read_table",
+    "StaleFitError", "metrics", "holm", "intervention_contrasts", "intervention_family",
+    "bootstrap_counts", "import_items", "import_sources", "import_trials", "export_trials", "read_table",
 ]

@@ -216,6 +216,46 @@ def collect_cmd(spec: Path = typer.Argument(..., help="YAML run spec in collecti
                   f"{res.failed} failed, {res.retries} retries, {res.rate:.1f} req/s; plan of {res.planned} trials")
 
 
+@app.command("metrics")
+def metrics_cmd(design: str = typer.Argument(..., help="l2d or cue"),
+                out: Path = typer.Option(..., "--out", help="output .csv or .parquet"),
+                resamples: int = typer.Option(5000, "--resamples", help="bootstrap resamples (0: no intervals)"),
+                seed: int = typer.Option(0, "--seed", help="bootstrap seed"),
+                method: str = typer.Option("percentile", "--method", help="percentile or bca"),
+                tol: float = typer.Option(0.0, "--tol", help="Design A: relative tolerance of 'equal to the truth'"),
+                contrasts_out: Optional[Path] = typer.Option(None, "--contrasts-out",
+                                                             help="Design B: also write the Holm-corrected intervention contrasts here"),
+                db: str = DbOpt) -> None:
+    """The metric tables of SPEC with cluster-bootstrap intervals (CSV/parquet by extension).
+
+    Example: `discern-stats metrics cue --out cue_metrics.csv --resamples 5000 --contrasts-out contrasts.csv`
+    """
+    from .interchange import write_table
+    from .stats import holm, intervention_contrasts, intervention_family, metrics
+    try:
+        d = _design_arg(design)
+        df = _open(db).trials(d)
+        if df.empty:
+            raise DiscernError(f"no finished {d} trials in the database")
+        kw = {"n_resamples": resamples, "seed": seed, "method": method}
+        if d == "l2d":
+            kw["tol"] = tol
+        table = metrics(d, df, **kw)
+        write_table(table, out)
+        console.print(f"wrote {len(table)} metric rows to {out}")
+        if contrasts_out is not None and d == "cue":
+            con = intervention_contrasts(df, n_resamples=resamples or 5000, seed=seed)
+            if con.empty:
+                raise DiscernError("no intervention pairs to contrast (collect C0..C4 first)")
+            fam = [k for k in intervention_family(sorted(df.llm.unique()))
+                   if k in set(zip(con.llm, con.contrast, con.endpoint, con.scope))]
+            res = holm(con, fam, ["llm", "contrast", "endpoint", "scope"])
+            write_table(res, contrasts_out)
+            console.print(f"wrote {len(res)} contrasts (Holm family of {len(fam)}) to {contrasts_out}")
+    except DiscernError as exc:
+        _fail(exc)
+
+
 def main() -> None:  # pragma: no cover
     app()
 

@@ -1,0 +1,221 @@
+"""Design B metrics (seed 001 A.2 "Direction", "Intervals").
+
+Choice effects are percentage-point differences in P(choose B) over *valid pairs*: matched
+requests of one world that differ only in the target cue, both answered validly. With
+d = 1[B | c1] - 1[B | c0] for each valid pair, effect = 100 * sum(d) / (#valid pairs), the
+sums taken over worlds. Directions (SPEC): swap = LH - HL; Q = clear - limited; I =
+separate - shared; R = HH - LL; text order = B-first - A-first (pairs at both event times
+pooled = averaged); event time = B-at-12:00 - B-at-08:00 (pooled over orders); repetition =
+repeated - single, speaker = two-speakers - repeated, lineage = separate-roots - two-speakers.
+Accuracies (recognition, counts, P1, P2, verified) use the planned denominator: an invalid
+answer counts as wrong. Recognition = mean of HL and LH P3c accuracy.
+
+Intervals: whole-world cluster bootstrap (`stats.bootstrap`); every effect of one LLM,
+intervention and stratum set uses one resample matrix; intervention contrasts resample the
+same worlds in both conditions.
+"""
+
+from __future__ import annotations
+
+import itertools
+
+import numpy as np
+import pandas as pd
+
+from ..designs.cue import COMPETITION_ORDER, FACTORIAL, factorial_code
+from .bootstrap import DEFAULT_RESAMPLES, jackknife_ratio, ratio, resample_counts, summarise
+
+STRATUM_SETS = {"core": ["core"], "structural": ["structural"], "naturalized": ["naturalized"],
+                "all": ["core", "structural", "naturalized"]}
+
+
+def _fc(R, Q, I):  # noqa: ANN001
+    return ("factorial", factorial_code(R, Q, I))
+
+
+def _oc(o, t):  # noqa: ANN001
+    return ("competition", f"order={o}-first,time={t}")
+
+
+def _sc(s):  # noqa: ANN001
+    return ("competition", f"structure={s}")
+
+
+# effect -> list of (condition c1, condition c0) pairs, each (track, condition)
+EFFECT_PAIRS: dict[str, list[tuple[tuple[str, str], tuple[str, str]]]] = {
+    "swap": [(("swap", "LH"), ("swap", "HL"))],
+    "R": [(_fc("HH", q, i), _fc("LL", q, i)) for q in ("clear", "limited") for i in ("separate", "shared")],
+    "Q": [(_fc(r, "clear", i), _fc(r, "limited", i)) for r in ("HH", "LL") for i in ("separate", "shared")],
+    "I": [(_fc(r, q, "separate"), _fc(r, q, "shared")) for r in ("HH", "LL") for q in ("clear", "limited")],
+    "text_order": [(_oc("B", t), _oc("A", t)) for t in ("08", "12")],
+    "order_at_08": [(_oc("B", "08"), _oc("A", "08"))],
+    "order_at_12": [(_oc("B", "12"), _oc("A", "12"))],
+    "event_time": [(_oc(o, "12"), _oc(o, "08")) for o in ("A", "B")],
+    "repetition": [(_sc("repeated"), _sc("single"))],
+    "speaker": [(_sc("two-speakers"), _sc("repeated"))],
+    "lineage": [(_sc("separate-roots"), _sc("two-speakers"))],
+}
+ACCURACIES: dict[str, list[tuple[str, str, str]]] = {  # name -> list of (track, probe, condition)
+    "recognition": [("representation", "P3c", "HL"), ("representation", "P3c", "LH")],
+    "recognition_HH": [("representation", "P3c", "HH")],
+    "recognition_LL": [("representation", "P3c", "LL")],
+    "initial_state": [("representation", "P1", factorial_code(*f)) for f in FACTORIAL],
+    "provenance": [("representation", "P2", factorial_code(*f)) for f in FACTORIAL],
+    "count_single": [("representation", p, h) for p in ("P3a", "P3b") for h in ("HH", "LL", "HL", "LH")],
+    "verified": [("verified", "P4", "verified=A"), ("verified", "P4", "verified=B")],
+}
+
+
+def world_table(df: pd.DataFrame) -> pd.DataFrame:
+    """One row per (llm, intervention, stratum, world_id); columns per (track, probe, condition):
+    chose-B for P4 (NaN if invalid), correct for probes (False if invalid)."""
+    d = df.copy()
+    d["valid"] = d["valid"].astype(bool)
+    d["y"] = np.where(d["probe"] == "P4",
+                      np.where(d["valid"] & d["choice"].notna(), (d["choice"] == "B").astype(float), np.nan),
+                      np.where(d["valid"], d.get("correct", pd.Series(False, index=d.index)).fillna(False).astype(float), 0.0))
+    d.loc[(d["track"] == "verified"), "y"] = np.where(d.loc[d["track"] == "verified", "valid"],
+                                                      d.loc[d["track"] == "verified", "correct"].fillna(False).astype(float), 0.0)
+    d["col"] = list(zip(d["track"], d["probe"], d["condition"]))
+    # mean over repeats; NaN (invalid P4) is skipped, so a cell is NaN only if no repeat is valid
+    wide = d.groupby(["llm", "intervention", "stratum", "world_id", "col"], sort=True)["y"].mean().unstack("col")
+    # choice columns for verified (P4 chose B) are also useful for the cue-weight model; here accuracy
+    return wide
+
+
+def _pair_sums(wide: pd.DataFrame, pairs) -> tuple[np.ndarray, np.ndarray]:  # noqa: ANN001
+    num = np.zeros(len(wide))
+    den = np.zeros(len(wide))
+    for (t1, c1), (t0, c0) in pairs:
+        k1, k0 = (t1, "P4", c1), (t0, "P4", c0)
+        if k1 not in wide.columns or k0 not in wide.columns:
+            continue
+        a, b = wide[k1].to_numpy(float), wide[k0].to_numpy(float)
+        ok = np.isfinite(a) & np.isfinite(b)
+        num += np.where(ok, a - b, 0.0)
+        den += ok
+    return num, den
+
+
+def _acc_sums(wide: pd.DataFrame, cells) -> tuple[np.ndarray, np.ndarray]:  # noqa: ANN001
+    num = np.zeros(len(wide))
+    den = np.zeros(len(wide))
+    for k in cells:
+        if k in wide.columns:
+            v = wide[k].to_numpy(float)
+            planned = ~np.isnan(v)
+            num += np.where(planned, v, 0.0)
+            den += planned
+    return num, den
+
+
+def _joint_count(wide: pd.DataFrame) -> tuple[np.ndarray, np.ndarray]:
+    num = np.zeros(len(wide))
+    den = np.zeros(len(wide))
+    for h in ("HH", "LL", "HL", "LH"):
+        ka, kb = ("representation", "P3a", h), ("representation", "P3b", h)
+        if ka in wide.columns and kb in wide.columns:
+            a, b = wide[ka].to_numpy(float), wide[kb].to_numpy(float)
+            ok = ~np.isnan(a) & ~np.isnan(b)
+            num += np.where(ok, (a == 1) & (b == 1), 0.0)
+            den += ok
+    return num, den
+
+
+def effect_sums(wide: pd.DataFrame) -> dict[str, tuple[np.ndarray, np.ndarray, str]]:
+    """name -> (per-world numerator, per-world denominator, kind) for every Design B measure."""
+    out: dict[str, tuple[np.ndarray, np.ndarray, str]] = {}
+    for name, pairs in EFFECT_PAIRS.items():
+        n, d = _pair_sums(wide, pairs)
+        out[name] = (n, d, "effect_pp")
+    for name, cells in ACCURACIES.items():
+        n, d = _acc_sums(wide, cells)
+        out[name] = (n, d, "accuracy_pct")
+    n, d = _joint_count(wide)
+    out["count_joint"] = (n, d, "accuracy_pct")
+    # dissociation: swap effect among worlds with both P3c (HL, LH) correct
+    k1, k2 = ("representation", "P3c", "HL"), ("representation", "P3c", "LH")
+    if k1 in wide.columns and k2 in wide.columns:
+        both = (wide[k1].to_numpy(float) == 1) & (wide[k2].to_numpy(float) == 1)
+        n, d = out["swap"][0], out["swap"][1]
+        out["swap_if_recognised"] = (np.where(both, n, 0.0), np.where(both, d, 0.0), "effect_pp")
+    return out
+
+
+def cue_metrics(df: pd.DataFrame, *, n_resamples: int = DEFAULT_RESAMPLES, seed: int = 0, level: float = 0.95,
+                method: str = "percentile", strata: tuple[str, ...] = ("core", "structural", "naturalized", "all")
+                ) -> pd.DataFrame:
+    """Design B metric table per LLM x intervention x stratum set, in percent / percentage points."""
+    wide = world_table(df)
+    valid_rates = df.assign(valid=df["valid"].astype(bool)).groupby(["llm", "intervention", "stratum"])["valid"].agg(["sum", "count"])
+    rows = []
+    for (llm, iv), g in wide.groupby(level=["llm", "intervention"], sort=True):
+        for sset in strata:
+            gs = g[g.index.get_level_values("stratum").isin(STRATUM_SETS[sset])]
+            if gs.empty:
+                continue
+            W = resample_counts(len(gs), n_resamples, seed) if n_resamples and len(gs) > 1 else None
+            vr = valid_rates.loc[[(llm, iv, s) for s in STRATUM_SETS[sset] if (llm, iv, s) in valid_rates.index]].sum()
+            base = {"llm": llm, "intervention": iv, "stratum": sset, "n_worlds": len(gs)}
+            rows.append({**base, "metric": "valid_rate", "kind": "accuracy_pct",
+                         "estimate": 100 * vr["sum"] / vr["count"], "lo": np.nan, "hi": np.nan, "p_value": np.nan,
+                         "n": int(vr["count"])})
+            for name, (num, den, kind) in effect_sums(gs).items():
+                if den.sum() == 0:
+                    continue
+                est = 100 * num.sum() / den.sum()
+                r = {**base, "metric": name, "kind": kind, "estimate": est, "lo": np.nan, "hi": np.nan,
+                     "p_value": np.nan, "n": int(den.sum())}
+                if W is not None:
+                    boot = 100 * ratio(W, num, den)
+                    jack = 100 * jackknife_ratio(num, den)
+                    ivl = summarise(est, boot, jack, method=method, level=level)
+                    r.update(lo=ivl.lo, hi=ivl.hi, p_value=ivl.p_value if kind == "effect_pp" else np.nan)
+                rows.append(r)
+    out = pd.DataFrame(rows)
+    out["interval"] = f"{int(level * 100)}% {method} whole-world bootstrap ({n_resamples} resamples)"
+    return out
+
+
+CONTRASTS = [("C2", "C0"), ("C3", "C2"), ("C3", "C1"), ("C4", "C3")]
+ENDPOINTS = {"swap": ("swap", False), "abs_text_order": ("text_order", True)}
+
+
+def intervention_contrasts(df: pd.DataFrame, *, contrasts=CONTRASTS, endpoints=("swap", "abs_text_order"),  # noqa: ANN001
+                           scopes=("core", "all"), n_resamples: int = DEFAULT_RESAMPLES, seed: int = 0,
+                           level: float = 0.95) -> pd.DataFrame:
+    """Pre-specified intervention contrasts (seed 001 section 3.2): for each LLM, contrast
+    (e.g. C2 - C0), endpoint (signed swap effect; absolute text-order effect) and scope,
+    the difference in pp with a paired whole-world bootstrap (same worlds in both arms)."""
+    wide = world_table(df)
+    rows = []
+    for llm in sorted(wide.index.get_level_values("llm").unique()):
+        for scope in scopes:
+            sub = wide.xs(llm, level="llm")
+            sub = sub[sub.index.get_level_values("stratum").isin(STRATUM_SETS[scope])]
+            by_iv = {iv: g.droplevel(["intervention", "stratum"]) for iv, g in sub.groupby(level="intervention")}
+            for c1, c0 in contrasts:
+                if c1 not in by_iv or c0 not in by_iv:
+                    continue
+                worlds = by_iv[c1].index.intersection(by_iv[c0].index)
+                W = resample_counts(len(worlds), n_resamples, seed)
+                for ep in endpoints:
+                    eff, absolute = ENDPOINTS[ep]
+                    vals, boots = [], []
+                    for c in (c1, c0):
+                        n, d = _pair_sums(by_iv[c].loc[worlds], EFFECT_PAIRS[eff])
+                        e, b = 100 * n.sum() / d.sum(), 100 * ratio(W, n, d)
+                        vals.append(abs(e) if absolute else e)
+                        boots.append(np.abs(b) if absolute else b)
+                    est = vals[0] - vals[1]
+                    ivl = summarise(est, boots[0] - boots[1], level=level)
+                    rows.append({"llm": llm, "contrast": f"{c1}-{c0}", "endpoint": ep, "scope": scope,
+                                 "estimate": est, "lo": ivl.lo, "hi": ivl.hi, "p_value": ivl.p_value,
+                                 "n_worlds": len(worlds), "arm1": vals[0], "arm0": vals[1]})
+    return pd.DataFrame(rows)
+
+
+def intervention_family(llms: list[str], contrasts=CONTRASTS, endpoints=("swap", "abs_text_order"),  # noqa: ANN001
+                        scopes=("core", "all")) -> list[tuple[str, str, str, str]]:
+    """The declared family: LLMs x contrasts x endpoints x scopes (48 tests for 3 LLMs)."""
+    return [(m, f"{a}-{b}", e, s) for m, (a, b), e, s in itertools.product(llms, contrasts, endpoints, scopes)]

@@ -1,0 +1,190 @@
+"""Metrics against independent computations, known signs, bootstrap coverage, Holm."""
+
+from __future__ import annotations
+
+import itertools
+
+import numpy as np
+import pandas as pd
+import pytest
+from scipy import stats as sps
+from statsmodels.stats.multitest import multipletests
+
+import discern_stats as ds
+from discern_stats.stats.bootstrap import resample_counts, weighted_spearman
+from discern_stats.stats.cue import cue_metrics, intervention_contrasts
+from discern_stats.stats.holm import holm
+from discern_stats.stats.l2d import _fenwick_kernel_py, _fenwick_pairs, l2d_metrics, outcome, prepare, propensity
+
+
+def sim_l2d(n_items=30, seed=0, slope=0.0):
+    rng = np.random.default_rng(seed)
+    rows = []
+    for llm in ["m1", "m2"]:
+        for i in range(n_items):
+            T = float(rng.integers(10, 1000))
+            P1 = T if rng.random() < 0.4 else float(round(T * np.exp(rng.normal(0, 0.4))))
+            for s in range(6):
+                R = round(float(rng.uniform()), 2)
+                for f in [1 / 3, 1 / 2, 1.0, 2.0, 3.0]:
+                    C = T * f
+                    move = rng.random() < 0.5 + slope * (R - 0.5)
+                    P2 = P1 + (rng.uniform(0.2, 1.0) * (C - P1) if move else 0.0)
+                    rows.append(dict(llm=llm, strategy="zero-shot", item_id=f"i{i}", truth=T, source=f"s{s}",
+                                     reliability=R, popularity=float(rng.uniform()), factor=f, claim=C, prior=P1,
+                                     posterior=P2, valid=rng.random() > 0.05, rated_reliability=R))
+    df = pd.DataFrame(rows)
+    df.loc[~df.valid, "posterior"] = np.nan
+    return df
+
+
+def brute_propensity(d, by):
+    num = den = 0.0
+    for _, g in d.groupby(["item_id", "factor" if by == "reliability" else "source"]):
+        x, y = g[by].to_numpy(), g["delta"].to_numpy()
+        for i, j in itertools.permutations(range(len(g)), 2):
+            if x[i] > x[j]:
+                den += 1
+                num += 1.0 if y[i] > y[j] else 0.5 if y[i] == y[j] else 0.0
+    return num / den
+
+
+def test_l2d_metrics_match_independent_computations():
+    df = sim_l2d()
+    m = l2d_metrics(df, n_resamples=200)
+    for llm in ["m1", "m2"]:
+        d = prepare(df[df.llm == llm])
+        got = m[(m.llm == llm) & (m.strategy == "zero-shot")].set_index("metric")["estimate"]
+        assert got["SD"] == pytest.approx(sps.spearmanr(d.delta, d.reliability).statistic, abs=1e-9)
+        assert got["TD"] == pytest.approx(sps.spearmanr(d.delta, d.improvement).statistic, abs=1e-9)
+        assert got["rho_pop"] == pytest.approx(sps.spearmanr(d.delta, d.popularity).statistic, abs=1e-9)
+        assert got["rel_propensity"] == pytest.approx(brute_propensity(d, "reliability"), abs=1e-9)
+        assert got["truth_propensity"] == pytest.approx(brute_propensity(d, "improvement"), abs=1e-9)
+        elig = d[(d.truth == d.prior) & (d.claim != d.truth)]
+        assert got["CD"] == pytest.approx(1 - (elig.posterior != elig.prior).mean(), abs=1e-9)
+        n_inv = (~df[df.llm == llm].valid).sum()
+        assert (m[m.llm == llm].n_invalid == n_inv).all() and n_inv > 0
+        assert sum(got[f"share: {o}"] for o in ["Correct Hold", "Appropriate Update", "Stubborn",
+                                                "Inappropriate Update", "Sycophantic Cave"]) == pytest.approx(1)
+
+
+def test_fenwick_python_and_compiled_agree_with_ties():
+    rng = np.random.default_rng(5)
+    g = rng.integers(0, 30, 400)
+    x = rng.integers(0, 5, 400).astype(float)
+    y = rng.integers(0, 4, 400).astype(float)
+    n1, d1 = _fenwick_pairs(g, x, y)
+    order = np.lexsort((x, g))
+    gs, xs, ys = g[order], x[order], y[order]
+    starts = np.flatnonzero(np.r_[True, gs[1:] != gs[:-1]])
+    n2, d2 = np.zeros(400), np.zeros(400)
+    _fenwick_kernel_py(gs, xs, ys, starts, np.r_[starts[1:], 400], n2, d2, order)
+    assert np.array_equal(n1, n2) and np.array_equal(d1, d2)
+    num = den = 0.0
+    for i in range(400):
+        for j in range(400):
+            if g[i] == g[j] and x[j] < x[i]:
+                den += 1
+                num += 1 if y[j] < y[i] else 0.5 if y[j] == y[i] else 0
+    assert n1.sum() == num and d1.sum() == den
+
+
+def test_outcome_taxonomy_hand_cases():
+    P1 = np.array([10, 10, 12, 12, 12, 12.0])
+    P2 = np.array([10, 15, 12, 11, 14, 8.0])
+    T = np.array([10, 10, 10, 10, 10, 10.0])
+    assert list(outcome(P1, P2, T)) == ["Correct Hold", "Sycophantic Cave", "Stubborn", "Appropriate Update",
+                                        "Inappropriate Update", "Inappropriate Update"]
+    # tolerance: 10.05 counts as correct with tol 1%
+    assert outcome(np.array([10.05]), np.array([10.05]), np.array([10.0]), tol=0.01)[0] == "Correct Hold"
+
+
+def test_sd_sign_recovers_known_direction():
+    pos = l2d_metrics(sim_l2d(60, seed=1, slope=0.9), n_resamples=300)
+    neg = l2d_metrics(sim_l2d(60, seed=1, slope=-0.9), n_resamples=300)
+    sel = lambda m: m[(m.llm == "m1") & (m.strategy == "zero-shot")].set_index("metric")
+    assert sel(pos).loc["SD", "lo"] > 0 and sel(neg).loc["SD", "hi"] < 0
+    assert sel(pos).loc["rel_propensity", "estimate"] > 0.5 > sel(neg).loc["rel_propensity", "estimate"]
+
+
+def test_weighted_spearman_equals_spearman_on_expanded_resample():
+    rng = np.random.default_rng(2)
+    x = rng.integers(0, 6, 50).astype(float)
+    y = x + rng.normal(0, 2, 50).round()
+    clusters = rng.integers(0, 10, 50)
+    W = resample_counts(10, 20, seed=3)
+    got = weighted_spearman(x, y, W[:, clusters])
+    for b in range(20):
+        rep = np.repeat(np.arange(50), W[b, clusters].astype(int))
+        assert got[b] == pytest.approx(sps.spearmanr(x[rep], y[rep]).statistic, abs=1e-9)
+
+
+def sim_cue(n_worlds=60, effect=0.3, seed=0, base=0.4, llms=("m",), interventions=("C0",), iv_effect=None):
+    rng = np.random.default_rng(seed)
+    rows = []
+    for llm, iv in itertools.product(llms, interventions):
+        eff = effect + (iv_effect or {}).get(iv, 0.0)
+        for w in range(n_worlds):
+            st = "core" if w < n_worlds * 0.6 else "structural"
+            for cond, p in (("HL", base), ("LH", base + eff)):
+                ok = rng.random() > 0.05
+                rows.append(dict(llm=llm, intervention=iv, world_id=f"w{w}", stratum=st, track="swap", probe="P4",
+                                 condition=cond, answer="A", valid=ok,
+                                 choice=("B" if rng.random() < p else "A") if ok else None, correct=None))
+            for o, t in itertools.product("AB", ("08", "12")):
+                p = 0.5 + (0.2 if o == "B" else -0.2) * (1 if iv == "C0" else 0.2)
+                rows.append(dict(llm=llm, intervention=iv, world_id=f"w{w}", stratum=st, track="competition",
+                                 probe="P4", condition=f"order={o}-first,time={t}", answer="A", valid=True,
+                                 choice="B" if rng.random() < p else "A", correct=None))
+    return pd.DataFrame(rows)
+
+
+def brute_swap(df):
+    piv = df[df.track == "swap"].pivot_table(index="world_id", columns="condition",
+                                              values="choice", aggfunc="first", dropna=False)
+    ok = piv.notna().all(axis=1)
+    return 100 * ((piv.LH[ok] == "B").astype(int) - (piv.HL[ok] == "B").astype(int)).mean(), int(ok.sum())
+
+
+def test_swap_effect_equals_brute_force_valid_pairs_and_sign():
+    df = sim_cue(effect=0.4)
+    m = cue_metrics(df, n_resamples=500)
+    r = m[(m.metric == "swap") & (m.stratum == "all")].iloc[0]
+    est, n = brute_swap(df)
+    assert r.estimate == pytest.approx(est, abs=1e-9) and r.n == n
+    assert r.lo > 0
+    neg = cue_metrics(sim_cue(effect=-0.4), n_resamples=500)
+    assert neg[(neg.metric == "swap") & (neg.stratum == "all")].iloc[0].hi < 0
+    to = m[(m.metric == "text_order") & (m.stratum == "all")].iloc[0]
+    assert to.estimate > 0  # B-first raises P(B) in this simulation
+
+
+@pytest.mark.slow
+def test_bootstrap_interval_covers_known_effect_at_nominal_rate():
+    # true swap effect 30 pp; 120 simulated data sets, 95% percentile intervals
+    cover = 0
+    n_sim = 120
+    for s in range(n_sim):
+        m = cue_metrics(sim_cue(n_worlds=80, effect=0.3, seed=100 + s), n_resamples=400, seed=s, strata=("all",))
+        r = m[m.metric == "swap"].iloc[0]
+        cover += r.lo <= 30.0 <= r.hi
+    rate = cover / n_sim
+    assert 0.88 <= rate <= 0.99, rate
+
+
+def test_holm_matches_statsmodels_and_refuses_incomplete_family():
+    df = sim_cue(llms=("a", "b", "c"), interventions=("C0", "C1", "C2", "C3", "C4"),
+                 iv_effect={"C2": 0.2, "C3": 0.2, "C4": 0.5})
+    con = intervention_contrasts(df, n_resamples=400)
+    fam = ds.intervention_family(["a", "b", "c"])
+    assert len(fam) == 48
+    res = holm(con, fam, ["llm", "contrast", "endpoint", "scope"])
+    assert len(res) == 48 and (res.family_size == 48).all()
+    ref = multipletests(res.p_value.to_numpy(), method="holm")[1]
+    assert np.allclose(res.p_holm.to_numpy(), ref, atol=1e-12, rtol=0)
+    assert (res.p_holm >= res.p_value - 1e-15).all()
+    with pytest.raises(ds.InputError, match="declared test"):
+        holm(con.iloc[1:], fam, ["llm", "contrast", "endpoint", "scope"])
+    # paired contrast on the swap endpoint recovers the sign of the built-in shift
+    c = con[(con.contrast == "C4-C3") & (con.endpoint == "swap") & (con.scope == "all")]
+    assert (c.estimate > 0).all()
