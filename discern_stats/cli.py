@@ -256,6 +256,23 @@ def metrics_cmd(design: str = typer.Argument(..., help="l2d or cue"),
         _fail(exc)
 
 
+@app.command("demo")
+def demo_cmd(out: Path = typer.Option(Path("demo_out"), "--out", help="folder for the demo database and tables"),
+             worlds: int = typer.Option(30, "--worlds", help="Design B worlds (the full bank is 500)"),
+             resamples: int = typer.Option(2000, "--resamples", help="bootstrap resamples"),
+             seed: int = typer.Option(0, "--seed", help="design and bootstrap seed")) -> None:
+    """The main job on embedded defaults: a fresh SQLite database, both designs at demo size,
+    three synthetic respondents (SIMULATORS with known weights), collection and metrics.
+
+    Example: `discern-stats demo --out demo_out --worlds 30`
+    """
+    from .demo import run_demo
+    try:
+        run_demo(out, worlds=worlds, resamples=resamples, seed=seed, console=console)
+    except DiscernError as exc:
+        _fail(exc)
+
+
 def main() -> None:  # pragma: no cover
     app()
 

@@ -190,3 +190,14 @@ def test_design_cli_writes_idempotently(sqlite_url):
     reqs = ds.TrialDB(sqlite_url).table(Request)
     cue_reqs = reqs[reqs.design == "cue"]
     assert cue_reqs[["track", "probe", "condition", "intervention", "stratum"]].notna().all().all()
+
+
+def test_demo_runs_end_to_end(tmp_path):
+    r = runner.invoke(app, ["demo", "--out", str(tmp_path / "d"), "--worlds", "4", "--resamples", "50"])
+    assert r.exit_code == 0, r.output
+    m = pd.read_csv(tmp_path / "d" / "cue_metrics.csv")
+    assert set(m.llm) == {"sim-credulous", "sim-source-sensitive", "sim-order-biased"}
+    c = pd.read_csv(tmp_path / "d" / "contrasts.csv")
+    assert len(c) == 48 and (c.family_size == 48).all()
+    l2 = pd.read_csv(tmp_path / "d" / "l2d_metrics.csv")
+    assert {"SD", "TD", "CD", "rel_propensity"} <= set(l2.metric)
