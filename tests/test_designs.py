@@ -201,3 +201,19 @@ def test_demo_runs_end_to_end(tmp_path):
     assert len(c) == 48 and (c.family_size == 48).all()
     l2 = pd.read_csv(tmp_path / "d" / "l2d_metrics.csv")
     assert {"SD", "TD", "CD", "rel_propensity"} <= set(l2.metric)
+
+
+def test_simulator_reads_the_same_cues_as_the_condition_labels(bank):
+    from discern_stats.coding import cue_codes
+    from discern_stats.collect.synthetic import cue_codes_from_text, read_cue_prompt
+    worlds, _ = bank
+    n = 0
+    for w in worlds[::10]:
+        for r in cue.world_requests(w, ["C0", "C1", "C4"]):
+            if r.probe != "P4":
+                continue
+            facts = read_cue_prompt(r.user)
+            assert cue_codes_from_text(facts) == cue_codes(r.track, r.condition), (r.world_id, r.condition)
+            assert facts["intervention"] == r.intervention
+            n += 1
+    assert n == 50 * 3 * 20
