@@ -231,7 +231,7 @@ def metrics_cmd(design: str = typer.Argument(..., help="l2d or cue"),
     Example: `discern-stats metrics cue --out cue_metrics.csv --resamples 5000 --contrasts-out contrasts.csv`
     """
     from .interchange import write_table
-    from .stats import holm, intervention_contrasts, intervention_family, metrics
+    from .stats import holm_contrasts, metrics
     try:
         d = _design_arg(design)
         df = _open(db).trials(d)
@@ -244,14 +244,9 @@ def metrics_cmd(design: str = typer.Argument(..., help="l2d or cue"),
         write_table(table, out)
         console.print(f"wrote {len(table)} metric rows to {out}")
         if contrasts_out is not None and d == "cue":
-            con = intervention_contrasts(df, n_resamples=resamples or 5000, seed=seed)
-            if con.empty:
-                raise DiscernError("no intervention pairs to contrast (collect C0..C4 first)")
-            fam = [k for k in intervention_family(sorted(df.llm.unique()))
-                   if k in set(zip(con.llm, con.contrast, con.endpoint, con.scope))]
-            res = holm(con, fam, ["llm", "contrast", "endpoint", "scope"])
+            res = holm_contrasts(df, n_resamples=resamples or 5000, seed=seed)
             write_table(res, contrasts_out)
-            console.print(f"wrote {len(res)} contrasts (Holm family of {len(fam)}) to {contrasts_out}")
+            console.print(f"wrote {len(res)} contrasts (Holm family of {res.family_size.iloc[0]}) to {contrasts_out}")
     except DiscernError as exc:
         _fail(exc)
 

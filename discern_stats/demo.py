@@ -14,7 +14,7 @@ from .collect.spec import load_spec
 from .collect.synthetic import SIMULATOR_NOTE, get_profile, true_cue_weights
 from .designs import INTERVENTIONS, design_cue, design_l2d
 from .interchange import write_table
-from .stats import holm, intervention_contrasts, intervention_family, metrics
+from .stats import holm_contrasts, metrics
 from .trialdb import TrialDB
 
 DEMO_SPECS = ("demo_cue.yaml", "demo_l2d.yaml")
@@ -54,9 +54,7 @@ def run_demo(out: Path | str = "demo_out", *, worlds: int = 30, resamples: int =
             files[f"{design}_metrics"] = write_table(metrics(design, df, n_resamples=resamples, seed=seed),
                                                      out / f"{design}_metrics.csv")
     cue = db.trials("cue")
-    con = intervention_contrasts(cue, n_resamples=resamples, seed=seed)
-    fam = intervention_family(sorted(cue.llm.unique()))
-    files["contrasts"] = write_table(holm(con, fam, ["llm", "contrast", "endpoint", "scope"]), out / "contrasts.csv")
+    files["contrasts"] = write_table(holm_contrasts(cue, n_resamples=resamples, seed=seed), out / "contrasts.csv")
     truth = []
     for llm in sorted(cue.llm.unique()):
         prof = get_profile(llm.removeprefix("sim-"))

@@ -39,7 +39,6 @@ def pg_url():
     with psycopg.connect("host=127.0.0.1 port=5432 dbname=test user=postgres", autocommit=True) as conn:
         conn.execute(f'CREATE DATABASE "{name}"')  # name is generated here, never user input
     yield f"postgresql+psycopg://postgres@127.0.0.1:5432/{name}"
-    from sqlalchemy.pool import NullPool  # noqa: F401
     with psycopg.connect("host=127.0.0.1 port=5432 dbname=test user=postgres", autocommit=True) as conn:
         conn.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
 

@@ -10,6 +10,7 @@ from sqlalchemy.engine import Engine
 
 from ..db import Item, Request, Source, World, dumps, insert_ignore
 from ..errors import InputError
+from ..interchange import cue_request_key
 from . import cue, l2d
 from .cue import INTERVENTIONS, build_worlds, world_requests
 from .l2d import FACTORS, STRATEGIES
@@ -64,7 +65,6 @@ def design_cue(engine: Engine, *, seed: int = 0, n_worlds: int | None = None,
     rows = []
     for w in worlds:
         for r in world_requests(w, interventions):
-            from ..interchange import cue_request_key
             rows.append({"key": cue_request_key(r.world_id, r.intervention, r.track, r.probe, r.condition),
                          "design": "cue", "world_id": r.world_id, "intervention": r.intervention,
                          "stratum": r.stratum, "track": r.track, "probe": r.probe, "condition": r.condition,

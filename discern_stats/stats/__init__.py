@@ -5,7 +5,7 @@ from __future__ import annotations
 import pandas as pd
 
 from .bootstrap import DEFAULT_RESAMPLES, resample_counts, summarise, weighted_spearman
-from .cue import cue_metrics, intervention_contrasts, intervention_family
+from .cue import cue_metrics, holm_contrasts, intervention_contrasts, intervention_family
 from .holm import holm
 from .l2d import l2d_metrics, propensity, subgroup_gaps
 
@@ -18,5 +18,5 @@ def metrics(design: str, df: pd.DataFrame, **kw) -> pd.DataFrame:
     return cue_metrics(df, **kw)
 
 
-__all__ = ["metrics", "l2d_metrics", "cue_metrics", "intervention_contrasts", "intervention_family", "holm",
+__all__ = ["metrics", "holm_contrasts", "l2d_metrics", "cue_metrics", "intervention_contrasts", "intervention_family", "holm",
            "propensity", "subgroup_gaps", "resample_counts", "summarise", "weighted_spearman", "DEFAULT_RESAMPLES"]

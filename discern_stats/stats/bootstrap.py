@@ -114,9 +114,8 @@ def weighted_spearman(x: np.ndarray, y: np.ndarray, w: np.ndarray) -> np.ndarray
         vs = v[order]
         starts = np.r_[True, vs[1:] != vs[:-1]]
         gid = np.cumsum(starts) - 1
-        ng = gid[-1] + 1
         ws = w[:, order]
-        gw = _group_sum(ws, gid, ng)
+        gw = np.add.reduceat(ws, np.flatnonzero(starts), axis=1)  # weight of each tie group
         before = np.cumsum(gw, axis=1) - gw
         r_group = before + (gw + 1) / 2
         r = np.empty_like(ws)
@@ -131,9 +130,3 @@ def weighted_spearman(x: np.ndarray, y: np.ndarray, w: np.ndarray) -> np.ndarray
     cov = (w * dx * dy).sum(axis=1)
     with np.errstate(invalid="ignore", divide="ignore"):
         return cov / np.sqrt((w * dx * dx).sum(axis=1) * (w * dy * dy).sum(axis=1))
-
-
-def _group_sum(ws: np.ndarray, gid: np.ndarray, ng: int) -> np.ndarray:
-    """Sum columns of ws (B x n) into ng groups (gid sorted ascending)."""
-    starts = np.flatnonzero(np.r_[True, gid[1:] != gid[:-1]])
-    return np.add.reduceat(ws, starts, axis=1)

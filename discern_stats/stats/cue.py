@@ -68,18 +68,18 @@ ACCURACIES: dict[str, list[tuple[str, str, str]]] = {  # name -> list of (track,
 
 def world_table(df: pd.DataFrame) -> pd.DataFrame:
     """One row per (llm, intervention, stratum, world_id); columns per (track, probe, condition):
-    chose-B for P4 (NaN if invalid), correct for probes (False if invalid)."""
+    chose-B for unverified P4 choices (NaN if invalid), correct for probes and verified
+    choices (0 if invalid: planned denominator)."""
     d = df.copy()
     d["valid"] = d["valid"].astype(bool)
-    d["y"] = np.where(d["probe"] == "P4",
-                      np.where(d["valid"] & d["choice"].notna(), (d["choice"] == "B").astype(float), np.nan),
-                      np.where(d["valid"], d.get("correct", pd.Series(False, index=d.index)).fillna(False).astype(float), 0.0))
-    d.loc[(d["track"] == "verified"), "y"] = np.where(d.loc[d["track"] == "verified", "valid"],
-                                                      d.loc[d["track"] == "verified", "correct"].fillna(False).astype(float), 0.0)
+    is_choice = (d["probe"] == "P4") & (d["track"] != "verified")  # verified P4s are scored by accuracy
+    chose_b = np.where(d["valid"] & d["choice"].notna(), (d["choice"] == "B").astype(float), np.nan)
+    correct = d["correct"] if "correct" in d.columns else pd.Series(False, index=d.index)
+    scored = np.where(d["valid"], correct.fillna(False).astype(float), 0.0)
+    d["y"] = np.where(is_choice, chose_b, scored)
     d["col"] = list(zip(d["track"], d["probe"], d["condition"]))
     # mean over repeats; NaN (invalid P4) is skipped, so a cell is NaN only if no repeat is valid
     wide = d.groupby(["llm", "intervention", "stratum", "world_id", "col"], sort=True)["y"].mean().unstack("col")
-    # choice columns for verified (P4 chose B) are also useful for the cue-weight model; here accuracy
     return wide
 
 
@@ -219,3 +219,25 @@ def intervention_family(llms: list[str], contrasts=CONTRASTS, endpoints=("swap",
                         scopes=("core", "all")) -> list[tuple[str, str, str, str]]:
     """The declared family: LLMs x contrasts x endpoints x scopes (48 tests for 3 LLMs)."""
     return [(m, f"{a}-{b}", e, s) for m, (a, b), e, s in itertools.product(llms, contrasts, endpoints, scopes)]
+
+
+CONTRAST_KEYS = ["llm", "contrast", "endpoint", "scope"]
+
+
+def holm_contrasts(df: pd.DataFrame, *, n_resamples: int = DEFAULT_RESAMPLES, seed: int = 0,
+                   alpha: float = 0.05) -> pd.DataFrame:
+    """Intervention contrasts with Holm-adjusted p-values over the declared family.
+
+    The family is declared from the design, before any result: every LLM in the data x the
+    pre-specified contrasts whose two arms were collected x both endpoints x Core/All
+    (48 tests for 3 LLMs with C0..C4).
+    """
+    from .holm import holm
+    present = set(df["intervention"].unique())
+    contrasts = [c for c in CONTRASTS if set(c) <= present]
+    if not contrasts:
+        from ..errors import InputError
+        raise InputError("no pre-specified intervention contrast has both arms in the data (collect C0..C4)")
+    con = intervention_contrasts(df, contrasts=contrasts, n_resamples=n_resamples, seed=seed)
+    fam = intervention_family(sorted(df["llm"].unique()), contrasts=contrasts)
+    return holm(con, fam, CONTRAST_KEYS, alpha=alpha)

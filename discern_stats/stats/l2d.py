@@ -78,11 +78,12 @@ def _fenwick_pairs(group: np.ndarray, x: np.ndarray, y: np.ndarray) -> tuple[np.
     return num, den
 
 
-def _fenwick_kernel(g, xs, ys, starts, ends, num, den, order):  # noqa: ANN001 - numba-friendly
-    for s, e in zip(starts, ends):
-        m = e - s
-        yr = np.searchsorted(np.unique(ys[s:e]), ys[s:e]) + 1  # dense ranks 1..k
-        k = int(yr.max())
+def _fenwick_kernel_py(g, xs, ys, starts, ends, num, den, order):  # noqa: ANN001 - numba-compatible
+    """Reference kernel (plain Python); `_fenwick_kernel` is this same function compiled by numba."""
+    for idx in range(len(starts)):
+        s, e = starts[idx], ends[idx]
+        uniq = np.unique(ys[s:e])
+        k = len(uniq)
         tree = np.zeros(k + 1)
         inserted = 0
         i = s
@@ -91,7 +92,7 @@ def _fenwick_kernel(g, xs, ys, starts, ends, num, den, order):  # noqa: ANN001 -
             while j < e and xs[j] == xs[i]:
                 j += 1
             for t in range(i, j):  # query the whole tie block before inserting it
-                r = yr[t - s]
+                r = np.searchsorted(uniq, ys[t]) + 1  # dense rank 1..k
                 less = 0.0
                 q = r - 1
                 while q > 0:
@@ -105,63 +106,20 @@ def _fenwick_kernel(g, xs, ys, starts, ends, num, den, order):  # noqa: ANN001 -
                 num[order[t]] = less + 0.5 * (leq - less)
                 den[order[t]] = inserted
             for t in range(i, j):
-                q = yr[t - s]
+                q = np.searchsorted(uniq, ys[t]) + 1
                 while q <= k:
                     tree[q] += 1
                     q += q & (-q)
                 inserted += 1
             i = j
-        del m
 
 
-try:  # numba makes the kernel ~100x faster; the pure-Python version is the reference
+try:  # numba makes the kernel ~100x faster; the plain-Python function stays the reference
     import numba
 
-    _fenwick_kernel_py = _fenwick_kernel
-
-    @numba.njit(cache=True)
-    def _fenwick_kernel_nb(g, xs, ys, starts, ends, num, den, order):  # pragma: no cover - compiled
-        for idx in range(len(starts)):
-            s, e = starts[idx], ends[idx]
-            seg = np.sort(ys[s:e])
-            uniq = [seg[0]]
-            for v in seg[1:]:
-                if v != uniq[-1]:
-                    uniq.append(v)
-            ua = np.array(uniq)
-            k = len(ua)
-            tree = np.zeros(k + 1)
-            inserted = 0
-            i = s
-            while i < e:
-                j = i
-                while j < e and xs[j] == xs[i]:
-                    j += 1
-                for t in range(i, j):
-                    r = np.searchsorted(ua, ys[t]) + 1
-                    less = 0.0
-                    q = r - 1
-                    while q > 0:
-                        less += tree[q]
-                        q -= q & (-q)
-                    leq = 0.0
-                    q = r
-                    while q > 0:
-                        leq += tree[q]
-                        q -= q & (-q)
-                    num[order[t]] = less + 0.5 * (leq - less)
-                    den[order[t]] = inserted
-                for t in range(i, j):
-                    q = np.searchsorted(ua, ys[t]) + 1
-                    while q <= k:
-                        tree[q] += 1
-                        q += q & (-q)
-                    inserted += 1
-                i = j
-
-    _fenwick_kernel = _fenwick_kernel_nb  # type: ignore[assignment]
+    _fenwick_kernel = numba.njit(cache=True)(_fenwick_kernel_py)
 except Exception:  # pragma: no cover
-    pass
+    _fenwick_kernel = _fenwick_kernel_py
 
 
 PAIR_WITHIN = {"reliability": ("item_id", "factor"), "improvement": ("item_id", "source")}
