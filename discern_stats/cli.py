@@ -268,6 +268,52 @@ def demo_cmd(out: Path = typer.Option(Path("demo_out"), "--out", help="folder fo
         _fail(exc)
 
 
+@app.command("fit")
+def fit_cmd(model: str = typer.Argument(..., help="cue, discernment or intervention"),
+            models_dir: Path = typer.Option(Path("models"), "--models", help="folder for the saved posterior + manifest"),
+            draws: int = typer.Option(1000, "--draws"), tune: int = typer.Option(1000, "--tune"),
+            chains: int = typer.Option(4, "--chains"),
+            sampler: str = typer.Option("nutpie", "--sampler", help="nutpie (default), pymc, numpyro or blackjax"),
+            seed: int = typer.Option(0, "--seed"),
+            refit: bool = typer.Option(False, "--refit", help="fit even when a saved fit matches the data"),
+            db: str = DbOpt) -> None:
+    """Fit a hierarchical Bayesian model and save it to the models folder (netCDF + manifest).
+
+    A saved fit whose data hash and spec match is reused, never refitted, unless --refit.
+
+    Example: `discern-stats fit cue --draws 1000 --chains 4 --models models`
+    """
+    import warnings
+    from .bayes import DESIGN_OF, MODELS
+    if model not in MODELS:
+        _fail(DiscernError(f"unknown model {model!r}; expected one of {', '.join(MODELS)}"))
+    try:
+        df = _open(db).trials(DESIGN_OF[model])
+        if df.empty:
+            raise DiscernError(f"no finished {DESIGN_OF[model]} trials in the database")
+        cls = MODELS[model]
+        fit_kwargs = {"draws": draws, "tune": tune, "chains": chains, "sampler": sampler, "random_seed": seed}
+        with warnings.catch_warnings(record=True) as caught:
+            warnings.simplefilter("always")
+            if refit:
+                m = cls(df)
+                m.fit(**fit_kwargs)
+                m.save(models_dir)
+            else:
+                m = cls.fit_or_load(df, models_dir, fit_kwargs=fit_kwargs)
+        d = m.diagnostics
+        for w in caught:
+            if "convergence" in str(w.message).lower():
+                err_console.print(f"[bold red]WARNING:[/] {w.message}")
+        console.print(f"{m.name}: max R-hat {d['max_rhat']:.3f}, min bulk ESS {d['min_ess_bulk']:.0f}, "
+                      f"min tail ESS {d['min_ess_tail']:.0f}, divergences {d['divergences']} -> "
+                      + ("converged" if d["ok"] else "NOT CONVERGED"))
+        console.print(m.summary().round(3).to_string(index=False))
+        console.print(f"saved in {models_dir}/{m.name}.nc (+ .json manifest)")
+    except DiscernError as exc:
+        _fail(exc)
+
+
 def main() -> None:  # pragma: no cover
     app()
 

@@ -1,0 +1,205 @@
+"""ModelBuilder-like base class: construct from data, ``fit``, ``summary``, ``save``/``load``.
+
+A saved fit is two files in the models folder: ``<name>.nc`` (the ArviZ DataTree, netCDF via
+h5netcdf) and ``<name>.json`` (the manifest: model class, config, data hash, sampler
+settings, package versions, convergence diagnostics). ``load`` refuses a fit whose data hash
+differs from the data it is given (a report never shows a stale fit) unless
+``allow_stale=True``; ``fit_or_load`` never refits unchanged data.
+
+Every fit is checked: max R-hat <= 1.01, min bulk and tail ESS >= 400, zero divergences. A
+failed check emits a `ConvergenceWarning` and sets ``diagnostics["ok"] = False``, which the
+summary and the reports show.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import time
+import warnings
+from importlib import metadata
+from pathlib import Path
+from typing import Any, ClassVar
+
+import arviz as az
+import numpy as np
+import pandas as pd
+
+from ..errors import StaleFitError
+
+RHAT_MAX = 1.01
+ESS_MIN = 400
+HDI_PROB = 0.94
+SAMPLERS = ("nutpie", "pymc", "numpyro", "blackjax")
+
+
+class ConvergenceWarning(UserWarning):
+    """A fit failed R-hat, ESS or divergence checks."""
+
+
+def data_hash(df: pd.DataFrame) -> str:
+    """SHA-256 of the model input table (sorted by all columns, canonical CSV text)."""
+    d = df.reset_index(drop=True)
+    d = d[sorted(d.columns)]
+    d = d.sort_values(list(d.columns), kind="mergesort").reset_index(drop=True)
+    return hashlib.sha256(d.to_csv(index=False, float_format="%.17g").encode()).hexdigest()
+
+
+def versions() -> dict[str, str]:
+    out = {}
+    for p in ("discern_stats", "pymc", "pytensor", "arviz", "nutpie", "numpy"):
+        try:
+            out[p] = metadata.version(p)
+        except metadata.PackageNotFoundError:
+            out[p] = "absent"
+    return out
+
+
+def check_convergence(idata: Any, var_names: list[str]) -> dict[str, Any]:
+    """R-hat / bulk ESS / tail ESS over ``var_names`` and divergences; loud on failure."""
+    present = [v for v in var_names if v in idata["posterior"].data_vars]
+    s = az.summary(idata, var_names=present, kind="diagnostics", round_to="none")
+    div = int(np.asarray(idata["sample_stats"]["diverging"]).sum()) if "sample_stats" in idata.children else 0
+    diag = {"max_rhat": float(s["r_hat"].max()), "min_ess_bulk": float(s["ess_bulk"].min()),
+            "min_ess_tail": float(s["ess_tail"].min()), "divergences": div,
+            "thresholds": {"rhat_max": RHAT_MAX, "ess_min": ESS_MIN, "divergences": 0}}
+    problems = []
+    if not diag["max_rhat"] <= RHAT_MAX:
+        problems.append(f"max R-hat {diag['max_rhat']:.3f} > {RHAT_MAX}")
+    if not diag["min_ess_bulk"] >= ESS_MIN:
+        problems.append(f"min bulk ESS {diag['min_ess_bulk']:.0f} < {ESS_MIN}")
+    if not diag["min_ess_tail"] >= ESS_MIN:
+        problems.append(f"min tail ESS {diag['min_ess_tail']:.0f} < {ESS_MIN}")
+    if div:
+        problems.append(f"{div} divergent transitions")
+    diag["ok"] = not problems
+    diag["problems"] = problems
+    return diag
+
+
+class BayesModel:
+    """Base class. Subclasses set ``name``, ``default_config`` and implement ``prepare``,
+    ``build`` and ``summary_table``."""
+
+    name: ClassVar[str] = "model"
+    default_config: ClassVar[dict[str, Any]] = {}
+    check_vars: ClassVar[list[str]] = []
+    default_fit: ClassVar[dict[str, Any]] = {}
+
+    def __init__(self, data: pd.DataFrame, **config: Any):
+        unknown = set(config) - set(self.default_config)
+        if unknown:
+            raise TypeError(f"{type(self).__name__}: unknown option(s) {sorted(unknown)}; known: "
+                            f"{sorted(self.default_config)}")
+        self.config = {**self.default_config, **config}
+        self.raw = data
+        self.data = self.prepare(data)
+        self.idata: Any = None
+        self.diagnostics: dict[str, Any] = {}
+        self.sampler: dict[str, Any] = {}
+
+    # -- to implement
+    def prepare(self, df: pd.DataFrame) -> pd.DataFrame:
+        raise NotImplementedError
+
+    def build(self):  # -> pm.Model
+        raise NotImplementedError
+
+    def summary_table(self) -> pd.DataFrame:
+        raise NotImplementedError
+
+    # -- common
+    @property
+    def data_hash(self) -> str:
+        return data_hash(self.data)
+
+    def fit(self, *, draws: int = 1000, tune: int = 1000, chains: int = 4, sampler: str = "nutpie",
+            random_seed: int = 0, progressbar: bool = False, **kwargs: Any) -> Any:
+        """Sample the posterior; check convergence (warns loudly on failure)."""
+        import pymc as pm
+        if sampler not in SAMPLERS:
+            raise ValueError(f"unknown sampler {sampler!r}; use one of {', '.join(SAMPLERS)}")
+        kwargs = {**self.default_fit, **kwargs}
+        model = self.build()
+        t0 = time.perf_counter()
+        with model:
+            self.idata = pm.sample(draws=draws, tune=tune, chains=chains, nuts_sampler=sampler,
+                                   random_seed=random_seed, progressbar=progressbar, **kwargs)
+        self.sampler = {"sampler": sampler, "draws": draws, "tune": tune, "chains": chains,
+                        "random_seed": random_seed, "wall_s": time.perf_counter() - t0, **kwargs}
+        self.diagnostics = check_convergence(self.idata, self.check_vars)
+        if not self.diagnostics["ok"]:
+            warnings.warn(f"{self.name}: convergence checks FAILED: {'; '.join(self.diagnostics['problems'])}",
+                          ConvergenceWarning, stacklevel=2)
+        return self.idata
+
+    def summary(self) -> pd.DataFrame:
+        """The model's headline table, with a ``converged`` column from the checks."""
+        if self.idata is None:
+            raise RuntimeError(f"{self.name}: fit() or load() first")
+        t = self.summary_table()
+        t["converged"] = bool(self.diagnostics.get("ok", False))
+        return t
+
+    def manifest(self) -> dict[str, Any]:
+        return {"model": type(self).__name__, "name": self.name, "config": self.config, "data_hash": self.data_hash,
+                "n_rows": int(len(self.data)), "sampler": self.sampler, "diagnostics": self.diagnostics,
+                "versions": versions(), "saved_at": pd.Timestamp.now(tz="UTC").isoformat()}
+
+    def save(self, folder: str | Path = "models", name: str | None = None) -> Path:
+        if self.idata is None:
+            raise RuntimeError(f"{self.name}: nothing to save; fit() first")
+        folder = Path(folder)
+        folder.mkdir(parents=True, exist_ok=True)
+        stem = name or self.name
+        nc = folder / f"{stem}.nc"
+        self.idata.to_netcdf(nc)
+        (folder / f"{stem}.json").write_text(json.dumps(self.manifest(), indent=2, default=str))
+        return nc
+
+    @classmethod
+    def load(cls, data: pd.DataFrame, folder: str | Path = "models", name: str | None = None, *,
+             allow_stale: bool = False, **config: Any) -> "BayesModel":
+        """Rebuild from ``data`` and attach the saved posterior; refuse a data-hash mismatch."""
+        folder = Path(folder)
+        stem = name or cls.name
+        man_path = folder / f"{stem}.json"
+        if not man_path.exists():
+            raise FileNotFoundError(f"no saved fit {man_path}")
+        man = json.loads(man_path.read_text())
+        if man["model"] != cls.__name__:
+            raise StaleFitError(f"{man_path} holds a {man['model']}, not a {cls.__name__}")
+        obj = cls(data, **{**man["config"], **config})
+        if obj.config != man["config"]:
+            raise StaleFitError(f"{man_path}: the model spec differs from the saved one ({man['config']})")
+        if obj.data_hash != man["data_hash"] and not allow_stale:
+            raise StaleFitError(f"{man_path}: the data changed since this fit (hash {man['data_hash'][:12]} vs "
+                                f"{obj.data_hash[:12]}); refit, or load with allow_stale=True")
+        obj.idata = az.from_netcdf(folder / f"{stem}.nc")
+        obj.diagnostics, obj.sampler = man["diagnostics"], man["sampler"]
+        obj.stale = obj.data_hash != man["data_hash"]
+        return obj
+
+    @classmethod
+    def fit_or_load(cls, data: pd.DataFrame, folder: str | Path = "models", name: str | None = None,
+                    fit_kwargs: dict[str, Any] | None = None, **config: Any) -> "BayesModel":
+        """Load the saved fit when its data hash and spec match; otherwise fit and save."""
+        try:
+            return cls.load(data, folder, name, **config)
+        except (FileNotFoundError, StaleFitError):
+            obj = cls(data, **config)
+            obj.fit(**(fit_kwargs or {}))
+            obj.save(folder, name)
+            return obj
+
+    # -- helpers for subclasses
+    def draws(self, var: str) -> np.ndarray:
+        """Posterior draws of ``var`` stacked to (sample, *dims)."""
+        x = self.idata["posterior"][var]
+        return np.asarray(x.stack(sample=("chain", "draw")).transpose("sample", ...))
+
+
+def hdi_columns(samples: np.ndarray, prob: float = HDI_PROB) -> tuple[np.ndarray, np.ndarray]:
+    """HDI bounds of each column of a (sample, k) array (ArviZ's hdi)."""
+    h = np.asarray(az.hdi(samples.T, prob=prob))
+    return h[..., 0], h[..., 1]
