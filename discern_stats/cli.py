@@ -255,15 +255,24 @@ def metrics_cmd(design: str = typer.Argument(..., help="l2d or cue"),
 def demo_cmd(out: Path = typer.Option(Path("demo_out"), "--out", help="folder for the demo database and tables"),
              worlds: int = typer.Option(30, "--worlds", help="Design B worlds (the full bank is 500)"),
              resamples: int = typer.Option(2000, "--resamples", help="bootstrap resamples"),
-             seed: int = typer.Option(0, "--seed", help="design and bootstrap seed")) -> None:
+             seed: int = typer.Option(0, "--seed", help="design and bootstrap seed"),
+             models_dir: Path = typer.Option(Path("models"), "--models", help="folder for the saved fits"),
+             fit: bool = typer.Option(True, "--fit/--no-fit", help="fit the three Bayesian models"),
+             report: bool = typer.Option(True, "--report/--no-report", help="render the report"),
+             draws: int = typer.Option(1000, "--draws", help="posterior draws (and tuning steps) per chain"),
+             chains: int = typer.Option(2, "--chains", help="chains (this machine has 2 cores)")) -> None:
     """The main job on embedded defaults: a fresh SQLite database, both designs at demo size,
-    three synthetic respondents (SIMULATORS with known weights), collection and metrics.
+    three synthetic respondents (SIMULATORS with known weights), collection, metrics, the
+    three Bayesian fits and the report.
 
     Example: `discern-stats demo --out demo_out --worlds 30`
     """
     from .demo import run_demo
     try:
-        run_demo(out, worlds=worlds, resamples=resamples, seed=seed, console=console)
+        files = run_demo(out, worlds=worlds, resamples=resamples, seed=seed, console=console, models_dir=models_dir,
+                         fit=fit, report=report, draws=draws, chains=chains)
+        if "report" in files:
+            console.print(f"[bold]report:[/] {files['report']}")
     except DiscernError as exc:
         _fail(exc)
 
@@ -312,6 +321,31 @@ def fit_cmd(model: str = typer.Argument(..., help="cue, discernment or intervent
         console.print(f"saved in {models_dir}/{m.name}.nc (+ .json manifest)")
     except DiscernError as exc:
         _fail(exc)
+
+
+@app.command("report")
+def report_cmd(models_dir: Path = typer.Option(Path("models"), "--models", help="folder of saved fits"),
+               out: Optional[Path] = typer.Option(None, "--out", help="output folder (default _site/)"),
+               resamples: int = typer.Option(2000, "--resamples", help="bootstrap resamples for the tables"),
+               fallback: bool = typer.Option(False, "--fallback", help="use the fallback renderer even if quarto is on PATH"),
+               project: Path = typer.Option(Path("."), "--project", help="the Quarto project root (with _quarto.yml)"),
+               db: str = typer.Option("sqlite:///demo_out/trials.db", "--db", help="SQLAlchemy URL of the trial database")) -> None:
+    """Render the reports: `quarto render` when Quarto is on PATH, else the fallback
+    (the same .qmd pages executed in a Jupyter kernel, self-contained HTML via pandoc).
+
+    Example: `discern-stats report --db sqlite:///demo_out/trials.db --models models`
+    """
+    from .report.render import render
+    env = {"DISCERN_DB": db, "DISCERN_MODELS": str(models_dir.resolve()), "DISCERN_RESAMPLES": str(resamples)}
+    try:
+        _open(db)
+        res = render(project, out_dir=out, env=env, force_fallback=fallback)
+    except DiscernError as exc:
+        _fail(exc)
+    console.print(f"renderer: {res.renderer}")
+    for p in res.outputs:
+        console.print(f"  {p}")
+    console.print(f"report in {res.out_dir}/index.html")
 
 
 def main() -> None:  # pragma: no cover

@@ -28,7 +28,8 @@ def _spec_path(name: str) -> Path:
 
 
 def run_demo(out: Path | str = "demo_out", *, worlds: int = 30, resamples: int = 2000, seed: int = 0,
-             console: Console | None = None) -> dict[str, Path]:
+             console: Console | None = None, models_dir: Path | str = "models", fit: bool = True,
+             report: bool = True, draws: int = 1000, chains: int = 2, project: Path | str = ".") -> dict[str, Path]:
     console = console or Console()
     out = Path(out)
     if out.exists():
@@ -63,7 +64,31 @@ def run_demo(out: Path | str = "demo_out", *, worlds: int = 30, resamples: int =
                 truth.append({"llm": llm, "intervention": iv, "cue": k, "true_logit_weight": v})
     import pandas as pd
     files["true_weights"] = write_table(pd.DataFrame(truth), out / "true_weights.csv")
-    console.print(f"done in {time.perf_counter() - t0:.0f} s; outputs in {out}/:")
+    if fit:
+        from .bayes import DESIGN_OF, MODELS
+        for kind, cls in MODELS.items():
+            t1 = time.perf_counter()
+            with console.status(f"fitting the {kind} model ({chains} chains x {draws} draws, nutpie)"):
+                m = cls.fit_or_load(db.trials(DESIGN_OF[kind]), models_dir,
+                                    fit_kwargs={"draws": draws, "tune": draws, "chains": chains, "random_seed": seed})
+            d = m.diagnostics
+            flag = "converged" if d["ok"] else "[bold red]NOT CONVERGED[/]: " + "; ".join(d["problems"])
+            console.print(f"{kind} model: {time.perf_counter() - t1:.0f} s, max R-hat {d['max_rhat']:.3f}, "
+                          f"min ESS {min(d['min_ess_bulk'], d['min_ess_tail']):.0f}, divergences {d['divergences']}: {flag}")
+            files[f"model_{kind}"] = Path(models_dir) / f"{m.name}.nc"
+    if report:
+        if not (Path(project) / "_quarto.yml").exists():
+            console.print(f"no _quarto.yml in {Path(project).resolve()}: run the demo from the repository root "
+                          f"to render the report")
+        else:
+            from .report.render import render
+            with console.status("rendering the report"):
+                res = render(project, out_dir=out / "report", env={
+                    "DISCERN_DB": url, "DISCERN_MODELS": str(Path(models_dir).resolve()),
+                    "DISCERN_RESAMPLES": str(resamples)})
+            console.print(f"report rendered by {res.renderer}")
+            files["report"] = res.out_dir / "index.html"
+    console.print(f"done in {time.perf_counter() - t0:.0f} s; outputs:")
     for k, p in files.items():
         console.print(f"  {k:15s} {p}")
     return files

@@ -1,0 +1,84 @@
+"""What a report page reads: the trial database and the saved fits (never refitted).
+
+Parameters (environment variables, set by `discern-stats report` / `demo` or by the user
+before `quarto render`): ``DISCERN_DB`` (SQLAlchemy URL, default the demo's
+``sqlite:///demo_out/trials.db``), ``DISCERN_MODELS`` (folder of saved fits, default
+``models``) and ``DISCERN_RESAMPLES`` (bootstrap resamples for the tables, default 2000).
+"""
+
+from __future__ import annotations
+
+import functools
+import os
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import pandas as pd
+
+DEFAULT_REPORT_DB = "sqlite:///demo_out/trials.db"
+
+
+@dataclass
+class ReportContext:
+    db_url: str
+    models_dir: Path
+    resamples: int = 2000
+    seed: int = 0
+    _cache: dict[str, Any] = field(default_factory=dict, repr=False)
+
+    @functools.cached_property
+    def db(self):
+        from ..trialdb import TrialDB
+        return TrialDB(self.db_url, create=False)
+
+    def trials(self, design: str) -> pd.DataFrame:
+        key = f"trials:{design}"
+        if key not in self._cache:
+            self._cache[key] = self.db.trials(design)
+        return self._cache[key]
+
+    def metrics(self, design: str) -> pd.DataFrame:
+        key = f"metrics:{design}"
+        if key not in self._cache:
+            from ..stats import metrics
+            df = self.trials(design)
+            self._cache[key] = metrics(design, df, n_resamples=self.resamples, seed=self.seed) if len(df) else pd.DataFrame()
+        return self._cache[key]
+
+    def contrasts(self) -> pd.DataFrame:
+        if "contrasts" not in self._cache:
+            from ..stats import holm_contrasts
+            try:
+                self._cache["contrasts"] = holm_contrasts(self.trials("cue"), n_resamples=self.resamples, seed=self.seed)
+            except Exception:  # noqa: BLE001 - no intervention arms collected
+                self._cache["contrasts"] = pd.DataFrame()
+        return self._cache["contrasts"]
+
+    def model(self, kind: str):
+        """The saved fit of ``kind`` ('cue', 'discernment', 'intervention') or None when
+        there is none or it is stale (reports never refit)."""
+        key = f"model:{kind}"
+        if key not in self._cache:
+            from ..bayes import DESIGN_OF, MODELS
+            from ..errors import StaleFitError
+            cls = MODELS[kind]
+            try:
+                self._cache[key] = cls.load(self.trials(DESIGN_OF[kind]), self.models_dir)
+            except (FileNotFoundError, StaleFitError, ValueError) as exc:
+                self._cache[key] = None
+                self._cache[f"model_error:{kind}"] = str(exc)
+        return self._cache[key]
+
+    def model_error(self, kind: str) -> str | None:
+        return self._cache.get(f"model_error:{kind}")
+
+    def llm_table(self) -> pd.DataFrame:
+        from ..db import LLM
+        return self.db.table(LLM)
+
+
+def context(db_url: str | None = None, models_dir: str | Path | None = None, resamples: int | None = None) -> ReportContext:
+    return ReportContext(db_url or os.environ.get("DISCERN_DB", DEFAULT_REPORT_DB),
+                         Path(models_dir or os.environ.get("DISCERN_MODELS", "models")),
+                         int(resamples if resamples is not None else os.environ.get("DISCERN_RESAMPLES", 2000)))

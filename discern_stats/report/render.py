@@ -1,0 +1,179 @@
+"""Render the Quarto project: ``quarto render`` when Quarto is on PATH, else a fallback.
+
+The fallback executes the same ``reports/*.qmd`` pages in a real Jupyter kernel (nbclient)
+and writes one self-contained HTML file per page with pandoc (pypandoc-binary's pandoc;
+images embedded), numbering figures and tables from the ``#| fig-cap`` / ``#| tbl-cap`` cell
+options as Quarto would. It says which renderer ran; it never imitates Quarto's own output.
+"""
+
+from __future__ import annotations
+
+import html
+import os
+import re
+import shutil
+import subprocess
+from dataclasses import dataclass
+from pathlib import Path
+
+import nbformat
+import yaml
+
+PAGES = ["index.qmd", "discernment.qmd", "cue_profiles.qmd", "interventions.qmd", "diagnostics.qmd",
+         "data_quality.qmd"]
+_CELL = re.compile(r"^```\{python\}[^\n]*\n(.*?)^```\s*$", re.S | re.M)
+
+
+@dataclass
+class RenderResult:
+    renderer: str
+    outputs: list[Path]
+    out_dir: Path
+
+
+def parse_qmd(text: str) -> tuple[dict, list[tuple[str, str]]]:
+    """(front matter, [(kind, source)]) with kind 'markdown' or 'code'."""
+    meta: dict = {}
+    if text.startswith("---"):
+        end = text.index("\n---", 3)
+        meta = yaml.safe_load(text[3:end]) or {}
+        text = text[end + 4:]
+    parts: list[tuple[str, str]] = []
+    pos = 0
+    for m in _CELL.finditer(text):
+        if text[pos:m.start()].strip():
+            parts.append(("markdown", text[pos:m.start()].strip()))
+        parts.append(("code", m.group(1).rstrip()))
+        pos = m.end()
+    if text[pos:].strip():
+        parts.append(("markdown", text[pos:].strip()))
+    return meta, parts
+
+
+def cell_options(source: str) -> dict:
+    opts = {}
+    for line in source.splitlines():
+        if line.startswith("#|"):
+            k, _, v = line[2:].partition(":")
+            opts[k.strip()] = v.strip().strip('"')
+    return opts
+
+
+def qmd_to_notebook(path: Path) -> tuple[dict, nbformat.NotebookNode]:
+    meta, parts = parse_qmd(path.read_text(encoding="utf-8"))
+    nb = nbformat.v4.new_notebook()
+    for kind, src in parts:
+        nb.cells.append(nbformat.v4.new_markdown_cell(src) if kind == "markdown" else nbformat.v4.new_code_cell(src))
+    nb.metadata["kernelspec"] = {"name": "python3", "display_name": "Python 3", "language": "python"}
+    return meta, nb
+
+
+def execute_page(path: Path, cwd: Path, env: dict[str, str] | None = None, timeout: int = 900) -> tuple[dict, nbformat.NotebookNode]:
+    """Execute every code cell of a .qmd page in a fresh Jupyter kernel; raise on the first error."""
+    from nbclient import NotebookClient
+    meta, nb = qmd_to_notebook(path)
+    old = {k: os.environ.get(k) for k in (env or {})}
+    os.environ.update(env or {})
+    try:
+        NotebookClient(nb, timeout=timeout, kernel_name="python3", resources={"metadata": {"path": str(cwd)}}).execute()
+    finally:
+        for k, v in old.items():
+            if v is None:
+                os.environ.pop(k, None)
+            else:
+                os.environ[k] = v
+    return meta, nb
+
+
+def _outputs_html(cell: nbformat.NotebookNode) -> str:
+    out = []
+    for o in cell.get("outputs", []):
+        data = o.get("data", {})
+        if "image/png" in data:
+            out.append(f'<img src="data:image/png;base64,{data["image/png"]}" style="max-width:100%"/>')
+        elif "text/html" in data:
+            out.append(data["text/html"])
+        elif "text/plain" in data:
+            out.append(f"<pre>{html.escape(data['text/plain'])}</pre>")
+        elif o.get("output_type") == "stream" and o.get("name") == "stdout":
+            out.append(f"<pre>{html.escape(o.get('text', ''))}</pre>")
+    return "\n".join(out)
+
+
+def notebook_to_markdown(meta: dict, nb: nbformat.NotebookNode) -> str:
+    """Markdown with raw HTML outputs; figure/table captions numbered in page order."""
+    md = []
+    n_fig = n_tbl = 0
+    labels: dict[str, str] = {}
+    for cell in nb.cells:
+        if cell.cell_type == "markdown":
+            md.append(cell.source)
+            continue
+        opts = cell_options(cell.source)
+        body = _outputs_html(cell)
+        cap = ""
+        if "fig-cap" in opts:
+            n_fig += 1
+            cap = f"<p class='caption'><b>Figure {n_fig}.</b> {html.escape(opts['fig-cap'])}</p>"
+            if "label" in opts:
+                labels[opts["label"]] = f"Figure {n_fig}"
+        elif "tbl-cap" in opts:
+            n_tbl += 1
+            cap = f"<p class='caption'><b>Table {n_tbl}.</b> {html.escape(opts['tbl-cap'])}</p>"
+            if "label" in opts:
+                labels[opts["label"]] = f"Table {n_tbl}"
+        if body:
+            anchor = f" id='{opts['label']}'" if "label" in opts else ""
+            md.append(f"<div class='output'{anchor}>\n{cap if 'tbl-cap' in opts else ''}\n{body}\n"
+                      f"{cap if 'fig-cap' in opts else ''}\n</div>")
+    text = "\n\n".join(md)
+    # Quarto cross-references: @fig-x / @tbl-x
+    return re.sub(r"@((?:fig|tbl)-[\w-]+)", lambda m: f"[{labels.get(m.group(1), m.group(1))}](#{m.group(1)})", text)
+
+
+CSS = """body{max-width:1100px;margin:2em auto;font-family:system-ui,sans-serif;line-height:1.45;padding:0 1em}
+.caption{color:#333;font-size:.92em}.output{margin:1.2em 0;overflow-x:auto}pre{background:#f6f6f6;padding:.6em}
+nav a{margin-right:1em}.renderer{color:#777;font-size:.85em;border-top:1px solid #ddd;margin-top:3em}"""
+
+
+def fallback_render(project: Path, out_dir: Path, env: dict[str, str] | None = None,
+                    pages: list[str] | None = None) -> list[Path]:
+    import pypandoc
+    out_dir.mkdir(parents=True, exist_ok=True)
+    pages = pages or PAGES
+    nav = " ".join(f"<a href='{Path(p).with_suffix('.html').name}'>{Path(p).stem.replace('_', ' ')}</a>" for p in pages)
+    outs = []
+    css = out_dir / "report.css"
+    css.write_text(CSS)
+    for p in pages:
+        meta, nb = execute_page(project / "reports" / p, project, env)
+        md = f"<nav>{nav}</nav>\n\n" + notebook_to_markdown(meta, nb) + \
+            "\n\n<p class='renderer'>Rendered by the discern_stats fallback renderer (Jupyter kernel + pandoc); " \
+            "Quarto was not on PATH.</p>"
+        target = out_dir / Path(p).with_suffix(".html").name
+        pypandoc.convert_text(md, "html", format="markdown+raw_html", outputfile=str(target),
+                              extra_args=["--standalone", "--embed-resources", f"--css={css}",
+                                          f"--metadata=title:{meta.get('title', Path(p).stem)}"])
+        outs.append(target)
+    return outs
+
+
+def render(project: str | Path = ".", *, out_dir: str | Path | None = None, env: dict[str, str] | None = None,
+           force_fallback: bool = False) -> RenderResult:
+    """Render the reports: Quarto if available (the documented path), else the fallback."""
+    project = Path(project).resolve()
+    quarto = shutil.which("quarto")
+    if quarto and not force_fallback:
+        out = Path(out_dir) if out_dir else project / "_site"
+        subprocess.run([quarto, "render", str(project), "--output-dir", str(out)], check=True,
+                       env={**os.environ, **(env or {})})
+        return RenderResult("quarto", sorted(out.glob("**/*.html")), out)
+    out = Path(out_dir) if out_dir else project / "_site"
+    return RenderResult("fallback (nbclient + pandoc)", fallback_render(project, out, env), out)
+
+
+def embedded_images(html_text: str) -> int:
+    return html_text.count("data:image/png;base64,")
+
+
+__all__ = ["render", "fallback_render", "execute_page", "parse_qmd", "PAGES", "RenderResult", "embedded_images"]
