@@ -193,8 +193,11 @@ def test_design_cli_writes_idempotently(sqlite_url):
 
 
 def test_demo_runs_end_to_end(tmp_path):
-    r = runner.invoke(app, ["demo", "--out", str(tmp_path / "d"), "--worlds", "4", "--resamples", "50"])
+    r = runner.invoke(app, ["demo", "--out", str(tmp_path / "d"), "--worlds", "4", "--resamples", "50",
+                            "--models", str(tmp_path / "models"), "--draws", "100"])
     assert r.exit_code == 0, r.output
+    assert (tmp_path / "models" / "cue_weights.nc").exists() and (tmp_path / "models" / "discernment.json").exists()
+    assert (tmp_path / "d" / "report" / "index.html").exists() and "report:" in r.output
     m = pd.read_csv(tmp_path / "d" / "cue_metrics.csv")
     assert set(m.llm) == {"sim-credulous", "sim-source-sensitive", "sim-order-biased"}
     c = pd.read_csv(tmp_path / "d" / "contrasts.csv")

@@ -69,7 +69,7 @@ def test_fallback_html_has_sections_tables_and_figures(rendered):
     assert all(f"{m} (simulator)" in a for m in llms)
     assert embedded_images(a) == 2 and "Figure 1." in a and "Table 1." in a
     b = rendered["cue_profiles"]
-    assert embedded_images(b) == 3 and "Cue profiles (C0, core)" in b
+    assert embedded_images(b) == 4 and "Cue profiles (C0, core)" in b  # heat map, scatter, forest, recovery
     for m in llms:
         assert b.count(m) >= 3
     i = rendered["interventions"]

@@ -188,3 +188,47 @@ def test_holm_matches_statsmodels_and_refuses_incomplete_family():
     # paired contrast on the swap endpoint recovers the sign of the built-in shift
     c = con[(con.contrast == "C4-C3") & (con.endpoint == "swap") & (con.scope == "all")]
     assert (c.estimate > 0).all()
+
+
+def test_cluster_robust_glm_recovers_profile_weights(tmp_path):
+    from discern_stats.collect.runner import collect
+    from discern_stats.collect.spec import spec_from_dict
+    from discern_stats.collect.synthetic import get_profile, true_cue_weights
+    from discern_stats.designs import design_cue
+    from discern_stats.stats.crosscheck import cue_glm
+    import statsmodels.api as sm
+    url = f"sqlite:///{tmp_path / 't.db'}"
+    design_cue(ds.TrialDB(url).engine, n_worlds=120)
+    collect(ds.TrialDB(url), spec_from_dict({"name": "g", "design": "cue", "concurrency": 32, "llms": [
+        {"name": "sim", "provider": "synthetic:source-sensitive", "extra": {"invalid_rate": 0.0}}]}), progress=False)
+    df = ds.TrialDB(url).trials("cue")
+    g = cue_glm(df, tracks=("factorial",))
+    truth = true_cue_weights(get_profile("source-sensitive"))
+    # world_sd 0.5 attenuates population-averaged weights by ~1/sqrt(1 + 0.35 * 0.25) = 0.96
+    for r in g.itertuples():
+        assert r.lo <= 0.96 * truth[r.cue] <= r.hi or r.lo <= truth[r.cue] <= r.hi, r
+    # the cluster-robust SE is the statsmodels one, computed independently here
+    from discern_stats.bayes.cue_weights import choice_table
+    d = choice_table(df, ("factorial",))
+    X = pd.concat([pd.Series(1.0, index=d.index, name="const"), d[["R", "Q", "I"]]], axis=1)
+    ref = sm.Logit(d.y, X).fit(disp=0, cov_type="cluster", cov_kwds={"groups": pd.factorize(d.world_id)[0]})
+    got = g.set_index("cue")
+    for k in ("R", "Q", "I"):
+        assert got.loc[k, "logit"] == pytest.approx(ref.params[k], abs=1e-6)
+        assert got.loc[k, "se_cluster"] == pytest.approx(ref.bse[k], rel=1e-3)
+
+
+def test_subgroup_gap_equals_difference_of_spearman():
+    from discern_stats.stats.l2d import subgroup_gaps
+    df = sim_l2d(40, seed=3, slope=0.6)
+    items = sorted(df.item_id.unique())
+    df["oecd"] = df.item_id.map({i: ("yes" if k % 2 else "no") for k, i in enumerate(items)})
+    g = subgroup_gaps(df, "oecd", n_resamples=300)
+    for r in g.itertuples():
+        d = prepare(df[df.llm == r.llm])
+        ref = (sps.spearmanr(d[d.oecd == "yes"].delta, d[d.oecd == "yes"].reliability).statistic
+               - sps.spearmanr(d[d.oecd == "no"].delta, d[d.oecd == "no"].reliability).statistic)
+        assert r.estimate == pytest.approx(ref, abs=1e-9) and r.contrast == "yes - no"
+        assert r.lo <= r.estimate <= r.hi
+    with pytest.raises(KeyError, match="item tag 'region'"):
+        subgroup_gaps(df, "region")

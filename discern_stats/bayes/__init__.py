@@ -9,3 +9,20 @@ DESIGN_OF = {"cue": "cue", "discernment": "l2d", "intervention": "cue"}
 
 __all__ = ["BayesModel", "CueWeightModel", "DiscernmentModel", "InterventionContrastModel", "ConvergenceWarning",
            "check_convergence", "data_hash", "choice_table", "MODELS", "DESIGN_OF", "HDI_PROB", "RHAT_MAX", "ESS_MIN"]
+
+
+def fit(model: str, df, models_dir="models", *, refit: bool = False, fit_kwargs: dict | None = None, **config):
+    """Fit (or load the matching saved fit of) ``model`` ('cue', 'discernment', 'intervention')
+    on an interchange DataFrame; the Python counterpart of ``discern-stats fit``."""
+    if model not in MODELS:
+        raise ValueError(f"unknown model {model!r}; expected one of {', '.join(MODELS)}")
+    cls = MODELS[model]
+    if refit:
+        m = cls(df, **config)
+        m.fit(**(fit_kwargs or {}))
+        m.save(models_dir)
+        return m
+    return cls.fit_or_load(df, models_dir, fit_kwargs=fit_kwargs, **config)
+
+
+__all__ += ["fit"]

@@ -21,7 +21,6 @@ from importlib import metadata
 from pathlib import Path
 from typing import Any, ClassVar
 
-import arviz as az
 import numpy as np
 import pandas as pd
 
@@ -57,6 +56,7 @@ def versions() -> dict[str, str]:
 
 def check_convergence(idata: Any, var_names: list[str]) -> dict[str, Any]:
     """R-hat / bulk ESS / tail ESS over ``var_names`` and divergences; loud on failure."""
+    import arviz as az
     present = [v for v in var_names if v in idata["posterior"].data_vars]
     s = az.summary(idata, var_names=present, kind="diagnostics", round_to="none")
     div = int(np.asarray(idata["sample_stats"]["diverging"]).sum()) if "sample_stats" in idata.children else 0
@@ -175,6 +175,7 @@ class BayesModel:
         if obj.data_hash != man["data_hash"] and not allow_stale:
             raise StaleFitError(f"{man_path}: the data changed since this fit (hash {man['data_hash'][:12]} vs "
                                 f"{obj.data_hash[:12]}); refit, or load with allow_stale=True")
+        import arviz as az
         obj.idata = az.from_netcdf(folder / f"{stem}.nc")
         obj.diagnostics, obj.sampler = man["diagnostics"], man["sampler"]
         obj.stale = obj.data_hash != man["data_hash"]
@@ -201,5 +202,6 @@ class BayesModel:
 
 def hdi_columns(samples: np.ndarray, prob: float = HDI_PROB) -> tuple[np.ndarray, np.ndarray]:
     """HDI bounds of each column of a (sample, k) array (ArviZ's hdi)."""
+    import arviz as az
     h = np.asarray(az.hdi(samples.T, prob=prob))
     return h[..., 0], h[..., 1]

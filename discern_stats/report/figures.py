@@ -155,7 +155,7 @@ def effect_forest(ctx: ReportContext, stratum: str = "core", intervention: str =
     m = m[(m.intervention == intervention) & (m.stratum == stratum) & m.metric.isin(CUE_EFFECTS)]
     llms = sorted(m.llm.unique())
     lab = _llm_label(ctx)
-    fig, axes = plt.subplots(1, len(llms), figsize=(3.2 * len(llms), 4), sharey=True, squeeze=False)
+    fig, axes = plt.subplots(1, len(llms), figsize=(3.2 * len(llms), 4), sharey=True, sharex=True, squeeze=False)
     for ax, llm in zip(axes[0], llms):
         d = m[m.llm == llm].set_index("metric").reindex(CUE_EFFECTS).dropna(subset=["estimate"])
         y = np.arange(len(d))

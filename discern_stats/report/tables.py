@@ -94,25 +94,37 @@ CUE_ACC = ["recognition", "recognition_HH", "recognition_LL", "count_single", "c
            "provenance", "verified", "valid_rate"]
 
 
-def cue_profile_frame(ctx: ReportContext, intervention: str = "C0", stratum: str = "core") -> pd.DataFrame:
+def cue_profile_frame(ctx: ReportContext, intervention: str = "C0", stratum: str = "core",
+                      kind: str = "effect_pp") -> pd.DataFrame:
+    """Cue effects (``kind='effect_pp'``) or identification accuracies (``'accuracy_pct'``) per LLM."""
     m = ctx.metrics("cue")
-    m = m[(m.intervention == intervention) & (m.stratum == stratum)]
+    m = m[(m.intervention == intervention) & (m.stratum == stratum) & (m.kind == kind)]
     lab = _llm_label(ctx)
     cells = m.assign(cell=[_ci(e, lo, hi, 1) for e, lo, hi in zip(m.estimate, m.lo, m.hi)])
     w = cells.pivot(index="llm", columns="metric", values="cell")
-    w = w[[c for c in CUE_ACC + CUE_EFFECTS if c in w.columns]]
+    order = CUE_EFFECTS + ["order_at_08", "order_at_12", "swap_if_recognised"] if kind == "effect_pp" else CUE_ACC
+    w = w[[c for c in order if c in w.columns]]
     w.index = [lab.get(i, i) for i in w.index]
     return w.reset_index(names="LLM")
 
 
-def cue_profile_table(ctx: ReportContext, intervention: str = "C0", stratum: str = "core") -> GT:
+def cue_profile_table(ctx: ReportContext, intervention: str = "C0", stratum: str = "core",
+                      kind: str = "effect_pp") -> GT:
     m = ctx.metrics("cue")
     interval = m["interval"].iloc[0] if len(m) else ""
-    return (GT(cue_profile_frame(ctx, intervention, stratum))
-            .tab_header(f"Cue profiles ({intervention}, {stratum})", f"accuracies in %, effects in pp; {interval}")
-            .tab_source_note("swap = LH − HL; Q = clear − limited; I = separate − shared roots; text order = "
-                             "B-first − A-first; event time = B at 12:00 − B at 08:00; repetition, speaker and "
-                             "lineage are successive contrasts. Choice effects use valid pairs. Chance: 0 pp."))
+    what = "cue effects (pp)" if kind == "effect_pp" else "identification accuracies and valid rate (%)"
+    t = GT(cue_profile_frame(ctx, intervention, stratum, kind)).tab_header(
+        f"Cue profiles ({intervention}, {stratum}): {what}", interval)
+    if kind == "effect_pp":
+        t = t.tab_source_note("swap = LH − HL; Q = clear − limited; I = separate − shared roots; text order = "
+                              "B-first − A-first; event time = B at 12:00 − B at 08:00; repetition, speaker and "
+                              "lineage are successive contrasts; swap_if_recognised: worlds with both P3c probes "
+                              "correct. Choice effects use valid pairs. Chance: 0 pp.")
+    else:
+        t = t.tab_source_note("Accuracies use the planned denominator (an invalid answer counts as wrong); "
+                              "recognition = mean of HL and LH P3c accuracy. Chance: 50% (P1, verified), 25% "
+                              "(P2, P3c), 11.1% (single count).")
+    return t
 
 
 def weights_frame(ctx: ReportContext) -> pd.DataFrame:
@@ -151,8 +163,7 @@ def contrasts_frame(ctx: ReportContext) -> pd.DataFrame:
     c = ctx.contrasts()
     if c.empty:
         return c
-    out = c[["llm", "contrast", "endpoint", "scope", "estimate", "lo", "hi", "p_value", "p_holm", "reject",
-             "family_size"]].copy()
+    out = c[["llm", "contrast", "endpoint", "scope", "estimate", "lo", "hi", "p_value", "p_holm", "reject"]].copy()
     m = ctx.model("intervention")
     if m is not None:
         b = m.summary()[["llm", "contrast", "endpoint", "scope", "posterior_mean", "hdi_lo", "hdi_hi"]]
@@ -167,7 +178,7 @@ def contrasts_table(ctx: ReportContext) -> GT:
     num = [x for x in ("estimate", "lo", "hi", "posterior_mean", "hdi_lo", "hdi_hi") if x in c.columns]
     return (GT(c).tab_header("Pre-specified intervention contrasts",
                              f"pp; 95% paired whole-world bootstrap; Holm over a declared family of "
-                             f"{int(c.family_size.iloc[0])}; Bayesian posterior mean and 94% HDI beside")
+                             f"{len(c)}; Bayesian posterior mean and 94% HDI beside")
             .fmt_number(columns=num, decimals=1).fmt_number(columns=["p_value", "p_holm"], decimals=4))
 
 

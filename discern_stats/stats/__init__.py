@@ -7,6 +7,7 @@ import pandas as pd
 from .bootstrap import DEFAULT_RESAMPLES, resample_counts, summarise, weighted_spearman
 from .cue import cue_metrics, holm_contrasts, intervention_contrasts, intervention_family
 from .holm import holm
+from .crosscheck import cue_glm
 from .l2d import l2d_metrics, propensity, subgroup_gaps
 
 
@@ -18,5 +19,5 @@ def metrics(design: str, df: pd.DataFrame, **kw) -> pd.DataFrame:
     return cue_metrics(df, **kw)
 
 
-__all__ = ["metrics", "holm_contrasts", "l2d_metrics", "cue_metrics", "intervention_contrasts", "intervention_family", "holm",
+__all__ = ["metrics", "holm_contrasts", "cue_glm", "l2d_metrics", "cue_metrics", "intervention_contrasts", "intervention_family", "holm",
            "propensity", "subgroup_gaps", "resample_counts", "summarise", "weighted_spearman", "DEFAULT_RESAMPLES"]
