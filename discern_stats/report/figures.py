@@ -223,7 +223,7 @@ def contrast_forest(ctx: ReportContext):
 
 
 @_closed
-def rank_plot(ctx: ReportContext, kind: str = "cue", var_names: tuple[str, ...] = ("mu", "tau")):
+def rank_plot(ctx: ReportContext, kind: str = "cue", var_names: tuple[str, ...] = ("tau",)):
     """ArviZ rank plots of hyper-parameters of a saved fit (uniform ranks = good mixing)."""
     import arviz as az
     m = ctx.model(kind)

@@ -70,12 +70,15 @@ def qmd_to_notebook(path: Path) -> tuple[dict, nbformat.NotebookNode]:
 
 def execute_page(path: Path, cwd: Path, env: dict[str, str] | None = None, timeout: int = 900) -> tuple[dict, nbformat.NotebookNode]:
     """Execute every code cell of a .qmd page in a fresh Jupyter kernel; raise on the first error."""
+    from jupyter_client.manager import KernelManager
     from nbclient import NotebookClient
     meta, nb = qmd_to_notebook(path)
     old = {k: os.environ.get(k) for k in (env or {})}
     os.environ.update(env or {})
     try:
-        NotebookClient(nb, timeout=timeout, kernel_name="python3", resources={"metadata": {"path": str(cwd)}}).execute()
+        km = KernelManager(kernel_name="python3", transport="ipc")  # local sockets, not unencrypted TCP
+        NotebookClient(nb, km=km, timeout=timeout, kernel_name="python3",
+                       resources={"metadata": {"path": str(cwd)}}).execute()
     finally:
         for k, v in old.items():
             if v is None:

@@ -226,7 +226,7 @@ def quality_table(ctx: ReportContext) -> GT:
             .fmt_number(columns=["median latency ms"], decimals=1))
 
 
-def invalid_examples(ctx: ReportContext, n: int = 8) -> pd.DataFrame:
+def invalid_examples(ctx: ReportContext, n: int = 8) -> GT:
     log = ctx.db.trial_log()
     bad = log[log["valid"] == False]  # noqa: E712
-    return bad[["llm", "design", "probe", "status", "parse_error", "raw_response"]].head(n)
+    return GT(bad[["llm", "design", "probe", "status", "parse_error", "raw_response"]].head(n).reset_index(drop=True))
