@@ -37,6 +37,15 @@ def _empty(msg: str):
     return fig
 
 
+def _cue_slice(ctx: ReportContext, intervention: str, stratum: str, metrics: list[str] | None = None):
+    """Design B metric rows of one intervention and stratum set (None when there are none)."""
+    m = ctx.metrics("cue")
+    if m.empty:
+        return None
+    m = m[(m.intervention == intervention) & (m.stratum == stratum)]
+    return m[m.metric.isin(metrics)] if metrics is not None else m
+
+
 @_closed
 def outcome_shares(ctx: ReportContext):
     """Stacked bars of the five outcome shares per LLM (all strategies)."""
@@ -101,10 +110,9 @@ def popularity_vs_reliability(ctx: ReportContext):
 @_closed
 def cue_heatmap(ctx: ReportContext, intervention: str = "C0", stratum: str = "core"):
     """Heat map of cue effects (pp) per LLM."""
-    m = ctx.metrics("cue")
-    if m.empty:
+    m = _cue_slice(ctx, intervention, stratum, CUE_EFFECTS)
+    if m is None:
         return _empty("no Design B trials")
-    m = m[(m.intervention == intervention) & (m.stratum == stratum) & m.metric.isin(CUE_EFFECTS)]
     w = m.pivot(index="llm", columns="metric", values="estimate")[[c for c in CUE_EFFECTS if c in set(m.metric)]]
     lab = _llm_label(ctx)
     fig, ax = plt.subplots(figsize=(1.0 * w.shape[1] + 2.5, 0.6 * len(w) + 1.5))
@@ -124,10 +132,9 @@ def cue_heatmap(ctx: ReportContext, intervention: str = "C0", stratum: str = "co
 @_closed
 def identification_vs_influence(ctx: ReportContext, stratum: str = "core"):
     """Recognition of the better source (%) vs the history-swap effect (pp), per LLM."""
-    m = ctx.metrics("cue")
-    if m.empty:
+    m = _cue_slice(ctx, "C0", stratum)
+    if m is None:
         return _empty("no Design B trials")
-    m = m[(m.intervention == "C0") & (m.stratum == stratum)]
     rec = m[m.metric == "recognition"].set_index("llm")
     sw = m[m.metric == "swap"].set_index("llm")
     llms = sorted(set(rec.index) & set(sw.index))
@@ -149,10 +156,9 @@ def identification_vs_influence(ctx: ReportContext, stratum: str = "core"):
 @_closed
 def effect_forest(ctx: ReportContext, stratum: str = "core", intervention: str = "C0"):
     """Forest plot of every cue effect with 95% intervals, one panel per LLM."""
-    m = ctx.metrics("cue")
-    if m.empty:
+    m = _cue_slice(ctx, intervention, stratum, CUE_EFFECTS)
+    if m is None:
         return _empty("no Design B trials")
-    m = m[(m.intervention == intervention) & (m.stratum == stratum) & m.metric.isin(CUE_EFFECTS)]
     llms = sorted(m.llm.unique())
     lab = _llm_label(ctx)
     fig, axes = plt.subplots(1, len(llms), figsize=(3.2 * len(llms), 4), sharey=True, sharex=True, squeeze=False)
@@ -198,7 +204,6 @@ def contrast_forest(ctx: ReportContext):
     if c.empty:
         return _empty("no intervention arms collected")
     c = c[c.scope == "all"]
-    llms = sorted(c.llm.unique())
     fig, axes = plt.subplots(1, 2, figsize=(11, 0.35 * len(c) / 2 + 2), sharey=True)
     for ax, ep in zip(axes, ("swap", "abs_text_order")):
         d = c[c.endpoint == ep].reset_index(drop=True)
@@ -217,7 +222,6 @@ def contrast_forest(ctx: ReportContext):
         ax.set_title("swap effect" if ep == "swap" else "|text-order effect|")
         ax.set_xlabel("difference (pp)")
     axes[0].legend(fontsize=7)
-    del llms
     fig.tight_layout()
     return fig
 
