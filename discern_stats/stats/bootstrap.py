@@ -23,9 +23,21 @@ DEFAULT_RESAMPLES = 5000
 
 
 def resample_counts(n_clusters: int, n_resamples: int = DEFAULT_RESAMPLES, seed: int = 0) -> np.ndarray:
-    """(B x n) multinomial cluster counts; row sums equal n."""
-    rng = np.random.default_rng(seed)
-    return rng.multinomial(n_clusters, np.full(n_clusters, 1.0 / n_clusters), size=n_resamples).astype(np.float64)
+    """(B x n) multinomial cluster counts; row sums equal n. Deterministic in (n, B, seed), so the
+    last few matrices are kept (read-only) and shared by the groups that have the same cluster count."""
+    key = (int(n_clusters), int(n_resamples), int(seed))
+    W = _COUNTS_CACHE.get(key)
+    if W is None:
+        rng = np.random.default_rng(seed)
+        W = rng.multinomial(n_clusters, np.full(n_clusters, 1.0 / n_clusters), size=n_resamples).astype(np.float64)
+        W.flags.writeable = False
+        if len(_COUNTS_CACHE) >= 8:
+            _COUNTS_CACHE.pop(next(iter(_COUNTS_CACHE)))
+        _COUNTS_CACHE[key] = W
+    return W
+
+
+_COUNTS_CACHE: dict[tuple[int, int, int], np.ndarray] = {}
 
 
 def ratio(W: np.ndarray, num: np.ndarray, den: np.ndarray) -> np.ndarray:
@@ -130,3 +142,109 @@ def weighted_spearman(x: np.ndarray, y: np.ndarray, w: np.ndarray) -> np.ndarray
     cov = (w * dx * dy).sum(axis=1)
     with np.errstate(invalid="ignore", divide="ignore"):
         return cov / np.sqrt((w * dx * dx).sum(axis=1) * (w * dy * dy).sum(axis=1))
+
+
+def _tie_groups(v: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Stable sort order of v and the start of each tie group in that order (with n appended)."""
+    order = np.argsort(v, kind="mergesort")
+    vs = v[order]
+    starts = np.flatnonzero(np.r_[True, vs[1:] != vs[:-1]])
+    return order.astype(np.int64), np.r_[starts, len(v)].astype(np.int64)
+
+
+def _cluster_spearman_kernel_py(W, size, ix, ox, gx, iys, oys, gys, goff, out):  # noqa: ANN001 - numba-compatible
+    """For each resample b: rho(x, y_k) with row i weighted W[b, cluster[i]], for every k.
+
+    Mid-ranks of the expanded data: rank of a tie group = (weight before it) + (its weight + 1) / 2,
+    and the weighted mean rank is m = (N + 1) / 2 for N = total weight. With centred ranks
+    a_i = rx_i - m and the y tie groups g of rank r_g:
+    S_xy = sum_g (r_g - m) * sum_{i in g} w_i a_i,  S_yy = sum_g w_g (r_g - m)^2,
+    so each y needs a single pass along its sort order. ``ix``/``iys`` are the clusters of the
+    rows in x / y sort order, ``size`` the number of rows per cluster. Reference plain-Python kernel; `_cluster_spearman_kernel` is this
+    function compiled by numba.
+    """
+    n = ox.shape[0]
+    n_y = out.shape[1]
+    for b in range(W.shape[0]):
+        w = W[b]
+        total = 0.0
+        for c in range(size.shape[0]):
+            total += w[c] * size[c]
+        m = (total + 1.0) / 2.0
+        a = np.empty(n, dtype=np.float32)  # centred x rank of each row (half-integers: exact)
+        before = 0.0
+        sxx = 0.0
+        for g in range(gx.shape[0] - 1):
+            s = 0.0
+            for k in range(gx[g], gx[g + 1]):
+                s += w[ix[k]]
+            r = before + (s + 1.0) / 2.0 - m
+            for k in range(gx[g], gx[g + 1]):
+                a[ox[k]] = np.float32(r)
+            before += s
+            sxx += s * r * r
+        for j in range(n_y):
+            before = 0.0
+            syy = 0.0
+            sxy = 0.0
+            for g in range(goff[j], goff[j + 1] - 1):
+                s = 0.0
+                t = 0.0
+                for k in range(gys[g], gys[g + 1]):
+                    wk = w[iys[j, k]]
+                    s += wk
+                    t += wk * a[oys[j, k]]
+                r = before + (s + 1.0) / 2.0 - m
+                before += s
+                syy += s * r * r
+                sxy += r * t
+            den = np.sqrt(sxx * syy)
+            out[b, j] = sxy / den if den > 0 else np.nan
+
+
+try:  # numba: the same loops compiled, resamples spread over the cores
+    import numba
+
+    _kernel_serial = numba.njit(cache=True)(_cluster_spearman_kernel_py)
+
+    @numba.njit(parallel=True)  # calls a dispatcher, so it cannot be cached on disk
+    def _cluster_spearman_kernel(W, size, ix, ox, gx, iys, oys, gys, goff, out):  # noqa: ANN001
+        n_chunks = max(1, min(W.shape[0], numba.get_num_threads() * 4))
+        step = (W.shape[0] + n_chunks - 1) // n_chunks
+        for c in numba.prange(n_chunks):
+            lo = c * step
+            hi = min(W.shape[0], lo + step)
+            if lo < hi:
+                _kernel_serial(W[lo:hi], size, ix, ox, gx, iys, oys, gys, goff, out[lo:hi])
+except Exception:  # pragma: no cover
+    _cluster_spearman_kernel = _cluster_spearman_kernel_py
+
+
+def cluster_spearman(x: np.ndarray, ys: list[np.ndarray], cluster: np.ndarray, W: np.ndarray) -> np.ndarray:
+    """Spearman's rho(x, y_k) on every cluster-bootstrap resample, for several y at once.
+
+    ``cluster[i]`` is the cluster (e.g. item) of row i; ``W`` is the (B x n_clusters) count matrix
+    from `resample_counts`, so row i appears ``W[b, cluster[i]]`` times in resample b. Returns a
+    (B x len(ys)) array equal to ``scipy.stats.spearmanr`` on each expanded resample (the same
+    values as `weighted_spearman`), in O(n) per resample with no (B x n) matrix: the sort orders
+    and tie groups are computed once, and each resample only accumulates weights along them.
+    """
+    x = np.asarray(x, float)
+    cluster = np.asarray(cluster, np.int64)
+    W = np.ascontiguousarray(W, dtype=np.float64)
+    ox, gx = _tie_groups(x)
+    orders, groups, goff = [], [], [0]
+    for y in ys:
+        o, g = _tie_groups(np.asarray(y, float))
+        orders.append(o)
+        groups.append(g)
+        goff.append(goff[-1] + len(g))
+    oys = np.vstack(orders) if orders else np.empty((0, len(x)), np.int64)
+    gys = np.concatenate(groups) if groups else np.empty(0, np.int64)
+    out = np.empty((W.shape[0], len(ys)))
+    oys = oys.astype(np.int32)
+    iys = cluster[oys].astype(np.int32)
+    size = np.bincount(cluster, minlength=W.shape[1]).astype(np.float64)
+    _cluster_spearman_kernel(W, size, cluster[ox].astype(np.int32), ox.astype(np.int32), gx, iys, oys, gys,
+                             np.asarray(goff, np.int64), out)
+    return out
