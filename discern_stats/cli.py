@@ -198,10 +198,12 @@ def collect_cmd(spec: Path = typer.Argument(..., help="YAML run spec in collecti
                 max_requests: Optional[int] = typer.Option(None, "--max-requests", help="stop after this many requests (overrides the spec budget)"),
                 retry_failed: bool = typer.Option(False, "--retry-failed", help="also retry trials that failed with API errors"),
                 quiet: bool = typer.Option(False, "--quiet", help="no progress bar"),
+                workers: Optional[int] = typer.Option(None, "--workers", help="collector processes on this machine "
+                                                      "(overrides the spec's workers; they share its concurrency)"),
                 db: str = DbOpt) -> None:
     """Run a collection spec; resumable and idempotent (re-running never duplicates a trial).
 
-    Example: `discern-stats collect collection/demo_cue.yaml --db sqlite:///trials.db`
+    Example: `discern-stats collect collection/demo_cue.yaml --db sqlite:///trials.db --workers 2`
     """
     from .collect.runner import collect
     from .collect.spec import load_spec
@@ -209,7 +211,7 @@ def collect_cmd(spec: Path = typer.Argument(..., help="YAML run spec in collecti
         s = load_spec(spec)
         if retry_failed:
             s.retry_failed = True
-        res = collect(_open(db), s, progress=not quiet, max_requests=max_requests)
+        res = collect(_open(db), s, progress=not quiet, max_requests=max_requests, workers=workers)
     except DiscernError as exc:
         _fail(exc)
     console.print(f"run {res.run_id}: {res.done} done ({res.valid} valid, {res.done - res.valid} invalid), "

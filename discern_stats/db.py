@@ -270,6 +270,26 @@ def insert_ignore(conn: sa.Connection, model: type[SQLModel], rows: list[dict[st
     return n
 
 
+def insert_ignore_many(conn: sa.Connection, model: type[SQLModel], rows: list[dict[str, Any]],
+                       conflict_cols: list[str]) -> None:
+    """Like `insert_ignore` for rows that all have the same keys, without counting what was
+    inserted: one cached single-row statement run with executemany (no recompiling per batch)."""
+    if not rows:
+        return
+    dialect = conn.dialect.name
+    if dialect == "postgresql":
+        from sqlalchemy.dialects.postgresql import insert as dialect_insert
+    elif dialect == "sqlite":
+        from sqlalchemy.dialects.sqlite import insert as dialect_insert
+    else:  # pragma: no cover
+        insert_ignore(conn, model, rows, conflict_cols)
+        return
+    keys = set(rows[0])
+    if any(set(r) != keys for r in rows):
+        raise ValueError("insert_ignore_many needs rows with the same keys; use insert_ignore")
+    conn.execute(dialect_insert(model.__table__).on_conflict_do_nothing(index_elements=conflict_cols), rows)
+
+
 def dumps(obj: Any) -> str:
     """Deterministic JSON used for every *_json column."""
     return json.dumps(obj, sort_keys=False, ensure_ascii=False, separators=(",", ":"))

@@ -186,3 +186,33 @@ def test_two_collectors_share_one_postgres_plan(pg_url, tmp_path):
     _no_duplicates(db, 192)
     owners = db.attempts().groupby("collector").size()
     assert len(owners) == 2
+
+
+def test_worker_processes_share_one_plan(sqlite_url):
+    """workers=2: two collector processes on one SQLite file; Design A posteriors whose prior the
+    other process wrote are still collected, every trial answered once, by both processes."""
+    db = ds.TrialDB(sqlite_url)
+    design_l2d(db.engine, strategies=("zero-shot", "Reliability"), items=["demo-01", "demo-02"])
+    spec = spec_from_dict({"name": "a", "design": "l2d", "concurrency": 4, "workers": 2,
+                           "llms": [{"name": "sim", "provider": "synthetic:source-sensitive",
+                                     "extra": {"latency_ms": 150}}]})  # outlasts the worker start-up
+    r = collect(db, spec, progress=False)
+    assert r.planned == 124 and r.done == 124 and r.sent == 124
+    _no_duplicates(db, 124)
+    assert db.attempts().collector.str.split(":").str[1].nunique() == 2  # two processes answered
+    assert collect(db, spec, progress=False).sent == 0
+
+
+def test_worker_processes_share_the_budget(sqlite_url):
+    db = ds.TrialDB(sqlite_url)
+    design_cue(db.engine, n_worlds=2)
+    r = collect(db, _spec(workers=2, concurrency=4), progress=False, max_requests=30)
+    assert r.sent == 30 and r.done == 30
+    assert (db.table(Trial).state == "done").sum() == 30
+
+
+def test_workers_refuse_an_in_memory_database():
+    db = ds.TrialDB("sqlite://")
+    design_cue(db.engine, n_worlds=1)
+    with pytest.raises(SpecError, match="in-memory"):
+        collect(db, _spec(workers=2), progress=False)

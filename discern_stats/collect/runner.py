@@ -30,12 +30,12 @@ from langchain_core.messages import AIMessage, BaseMessage, HumanMessage, System
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn, TimeRemainingColumn
 from tenacity import AsyncRetrying, retry_if_exception, stop_after_attempt, wait_exponential_jitter
 
-from ..db import LLM, Attempt, Item, Request, Run, Source, Trial, dumps, insert_ignore, utcnow
+from ..db import LLM, Attempt, Item, Request, Run, Source, Trial, dumps, insert_ignore, insert_ignore_many, utcnow
 from ..errors import SpecError
 from ..interchange import trial_key
 from ..trialdb import TrialDB
 from .parsing import failure_status, parse
-from .providers import build_chat_model, error_type, http_status, is_retryable
+from .providers import build_chat_model, close_chat_model, error_type, http_status, is_retryable
 from .spec import LLMSpec, RunSpec
 
 
@@ -89,13 +89,13 @@ def ensure_llms(db: TrialDB, spec: RunSpec) -> dict[str, int]:
 
 def plan_trials(db: TrialDB, spec: RunSpec, llm_ids: dict[str, int]) -> int:
     """Insert the plan's trial rows (idempotent). Returns the number of planned trials."""
-    R = Request.__table__
-    q = sa.select(R.c.id, R.c.key).where(R.c.design == spec.design)
+    R, T = Request.__table__, Trial.__table__
+    cond = [R.c.design == spec.design]
     if spec.design == "cue":
-        q = q.where(R.c.intervention.in_(spec.interventions or ["C0"]))
+        cond.append(R.c.intervention.in_(spec.interventions or ["C0"]))
     elif spec.strategies:
-        q = q.where(R.c.strategy.in_(spec.strategies))
-    q = q.order_by(R.c.id)
+        cond.append(R.c.strategy.in_(spec.strategies))
+    q = sa.select(R.c.id, R.c.key).where(*cond).order_by(R.c.id)
     with db.engine.connect() as conn:
         reqs = conn.execute(q).all()
     if not reqs:
@@ -104,11 +104,15 @@ def plan_trials(db: TrialDB, spec: RunSpec, llm_ids: dict[str, int]) -> int:
     total = 0
     with db.engine.begin() as conn:
         for m in spec.llms:
+            total += len(reqs) * spec.repeats
+            have = conn.execute(sa.select(sa.func.count()).select_from(T.join(R, T.c.request_id == R.c.id))
+                                .where(T.c.llm_id == llm_ids[m.name], T.c.repeat < spec.repeats, *cond)).scalar()
+            if have == len(reqs) * spec.repeats:  # planned before (a resume): nothing to insert
+                continue
             pj = m.params_json()
             rows = [{"key": trial_key(m.name, pj, key, rep), "request_id": rid, "llm_id": llm_ids[m.name],
                      "repeat": rep, "state": "pending"} for rep in range(spec.repeats) for rid, key in reqs]
             insert_ignore(conn, Trial, rows, ["key"])
-            total += len(rows)
     return total
 
 
@@ -196,8 +200,14 @@ def _redact(text: str, secrets: list[str]) -> str:
 # ---------------------------------------------------------------- execution
 class Collector:
     def __init__(self, db: TrialDB, spec: RunSpec, *, me: str | None = None, progress: bool = True,
-                 max_requests: int | None = None):
+                 max_requests: int | None = None, plan: bool = True, shared_done: Any = None,
+                 others_done: list[Any] | None = None, shared_sent: Any = None):
         self.db, self.spec = db, spec
+        self.plan = plan  # False in worker processes: the parent has planned
+        self.shared_done = shared_done  # multiprocessing.Value this collector adds its finished trials to
+        self.others_done = others_done or []  # the other workers' counters, shown in this progress bar
+        self.shared_sent = shared_sent  # multiprocessing.Value: requests sent by all workers (shared budget)
+
         self.me = me or collector_id()
         self.show_progress = progress
         self.budget = max_requests if max_requests is not None else spec.budget.max_requests
@@ -216,8 +226,9 @@ class Collector:
     async def run(self) -> CollectResult:
         spec = self.spec
         llm_ids = ensure_llms(self.db, spec)
-        planned = plan_trials(self.db, spec, llm_ids)
-        release_dead_claims(self.db)
+        planned = plan_trials(self.db, spec, llm_ids) if self.plan else 0
+        if self.plan:
+            release_dead_claims(self.db)
         with self.db.engine.begin() as conn:
             run_id = conn.execute(sa.insert(Run.__table__).values(
                 spec_name=spec.name, spec_json=spec.model_dump_json(), code_version=code_version(),
@@ -242,9 +253,16 @@ class Collector:
             self.task = progress.add_task(f"collect {spec.name}", total=todo, rate=0.0, retries=0, invalid=0)
             self.progress = progress
             writer = asyncio.create_task(self._writer(t0))
-            await asyncio.gather(*(self._llm_loop(m, llm_ids[m.name], models[m.name]) for m in spec.llms))
-            await self.results.put(None)
-            await writer
+            ticker = asyncio.create_task(self._tick(t0)) if self.others_done else None
+            try:
+                await asyncio.gather(*(self._llm_loop(m, llm_ids[m.name], models[m.name]) for m in spec.llms))
+                await self.results.put(None)
+                await writer
+            finally:
+                if ticker is not None:
+                    ticker.cancel()
+                for model in models.values():
+                    await close_chat_model(model)
         self.result.elapsed_s = time.perf_counter() - t0
         self.result.sent = self.sent
         with self.db.engine.begin() as conn:
@@ -252,11 +270,31 @@ class Collector:
                          .values(ended_at=utcnow(), status="finished"))
         return self.result
 
+    def _finished(self) -> int:
+        return self.result.done + self.result.failed + sum(c.value for c in self.others_done)
+
+    async def _tick(self, t0: float) -> None:
+        """Refresh the progress bar with the other worker processes' counts."""
+        while True:
+            await asyncio.sleep(0.5)
+            el = time.perf_counter() - t0
+            n = self._finished()
+            self.progress.update(self.task, completed=n, rate=n / el if el else 0.0)
+
     def _take_budget(self, n: int) -> int:
+        """How many of ``n`` more requests the budget allows (shared by all worker processes)."""
         if self.budget is None:
             return n
-        n = max(0, min(n, self.budget - self.sent))
-        return n
+        if self.shared_sent is None:
+            return max(0, min(n, self.budget - self.sent))
+        with self.shared_sent.get_lock():
+            return max(0, min(n, self.budget - self.shared_sent.value))
+
+    def _spend_budget(self, n: int) -> None:
+        self.sent += n
+        if self.shared_sent is not None:
+            with self.shared_sent.get_lock():
+                self.shared_sent.value += n
 
     async def _llm_loop(self, m: LLMSpec, llm_id: int, model: Any) -> None:
         """Claim -> run -> write for one LLM. ``running`` bounds concurrency; ``unflushed``
@@ -278,14 +316,16 @@ class Collector:
                     st["event"].set()
 
         workers = [asyncio.create_task(worker()) for _ in range(spec.concurrency)]
-        batch = max(4, 2 * spec.concurrency)
+        # claim ahead: top the queue up to 3x concurrency whenever it holds less than 2x, so that
+        # the database round trip of a claim is hidden behind queued work
+        batch = max(4, 3 * spec.concurrency)
         while True:
-            want = self._take_budget(batch - st["running"]) if st["running"] < spec.concurrency else 0
+            want = self._take_budget(batch - st["running"]) if st["running"] < 2 * spec.concurrency else 0
             jobs = []
             if want > 0:
                 jobs = await asyncio.to_thread(claim, self.db, llm_id, self.me, want, spec.lease_s, spec.retry_failed)
             if jobs:
-                self.sent += len(jobs)
+                self._spend_budget(len(jobs))
                 st["running"] += len(jobs)
                 st["unflushed"] += len(jobs)
                 for j in jobs:
@@ -395,8 +435,12 @@ class Collector:
                 else:
                     e["failed"] += 1
                     res.failed += 1
+            if self.shared_done is not None:
+                with self.shared_done.get_lock():
+                    self.shared_done.value += len(batch)
             el = time.perf_counter() - t0
-            self.progress.update(self.task, advance=len(batch), rate=(res.done + res.failed) / el if el else 0.0,
+            n = self._finished()
+            self.progress.update(self.task, completed=n, rate=n / el if el else 0.0,
                                  retries=res.retries, invalid=res.done - res.valid)
 
     def _flush(self, stmt: Any, params: list[dict[str, Any]], attempts: list[dict[str, Any]]) -> int:
@@ -407,13 +451,120 @@ class Collector:
             held = conn.execute(sa.select(sa.func.count()).select_from(T)
                                 .where(T.c.id.in_(ids), T.c.claimed_by == self.me, T.c.state == "claimed")).scalar()
             conn.execute(stmt, params)
-            insert_ignore(conn, Attempt, attempts, ["trial_id", "n"])
+            by_keys: dict[frozenset[str], list[dict[str, Any]]] = {}
+            for a in attempts:  # failed and successful attempts carry different fields
+                by_keys.setdefault(frozenset(a), []).append(a)
+            for rows in by_keys.values():
+                insert_ignore_many(conn, Attempt, rows, ["trial_id", "n"])
         return int(held or 0)
 
 
 def collect(db: TrialDB | str, spec: RunSpec, *, progress: bool = True, max_requests: int | None = None,
-            me: str | None = None) -> CollectResult:
-    """Run a collection spec against a database (resumable; see module docstring)."""
+            me: str | None = None, workers: int | None = None) -> CollectResult:
+    """Run a collection spec against a database (resumable; see module docstring).
+
+    ``workers`` (default ``spec.workers``) > 1 runs that many collector processes on this machine.
+    They split ``spec.concurrency`` and the request budget, and claim from the same database
+    exactly as collectors on several machines do; use it when one Python process's CPU, not the
+    LLM server, limits the rate. A final pass in this process picks up what the workers left (a
+    Design A posterior whose prior another worker finished last).
+    """
     if isinstance(db, str):
         db = TrialDB(db)
-    return asyncio.run(Collector(db, spec, progress=progress, max_requests=max_requests, me=me).run())
+    n = min(workers or spec.workers, spec.concurrency)
+    if n <= 1:
+        return _run_async(Collector(db, spec, progress=progress, max_requests=max_requests, me=me).run())
+    return _collect_with_workers(db, spec, n, progress=progress, max_requests=max_requests)
+
+
+def _run_async(coro: Any) -> Any:
+    """asyncio.run on uvloop's event loop where it is installed (less CPU per request)."""
+    try:
+        import uvloop
+    except ImportError:  # pragma: no cover - uvloop is a dependency on Linux and macOS
+        return asyncio.run(coro)
+    return asyncio.run(coro, loop_factory=uvloop.new_event_loop)
+
+
+def _shares(total: int, n: int) -> list[int]:
+    return [total // n + (i < total % n) for i in range(n)]
+
+
+def _worker_main(url: str, spec_json: str, concurrency: int, budget: int | None, done: Any, sent: Any,
+                 go: Any, out: Any) -> None:
+    """Entry point of a collector worker process (spawned by `collect`): it imports while the
+    parent plans, then waits for ``go`` (and gives up if the parent dies first)."""
+    parent = os.getppid()
+    spec = RunSpec.model_validate_json(spec_json).model_copy(update={"concurrency": concurrency, "workers": 1})
+    while not go.wait(1.0):
+        if os.getppid() != parent:
+            return
+    db = TrialDB(url, create=False)
+    try:
+        res = _run_async(Collector(db, spec, progress=False, max_requests=budget, plan=False, shared_done=done,
+                                    shared_sent=sent).run())
+        out.put(("ok", res.__dict__))
+    except BaseException as exc:  # noqa: BLE001 - reported by the parent
+        out.put(("error", f"{type(exc).__name__}: {exc}"))
+        raise
+
+
+def _collect_with_workers(db: TrialDB, spec: RunSpec, n: int, *, progress: bool,
+                          max_requests: int | None) -> CollectResult:
+    import multiprocessing as mp
+
+    u = sa.engine.make_url(db.url)
+    if u.get_backend_name() == "sqlite" and u.database in (None, "", ":memory:"):
+        raise SpecError("workers > 1 need a database file or server; an in-memory SQLite database is "
+                        "private to one process")
+    t0 = time.perf_counter()
+    budget = max_requests if max_requests is not None else spec.budget.max_requests
+    conc = _shares(spec.concurrency, n)
+    ctx = mp.get_context("spawn")  # fork would copy open connections and threads
+    counters = [ctx.Value("q", 0) for _ in range(n)]
+    sent = ctx.Value("q", 0)  # the budget is shared: a worker takes requests from it as it claims
+    go, out = ctx.Event(), ctx.Queue()
+    procs = [ctx.Process(target=_worker_main, args=(db.url, spec.model_dump_json(), conc[i], budget, counters[i],
+                                                    sent, go, out), daemon=True) for i in range(1, n)]
+    for p in procs:  # they import while this process plans
+        p.start()
+    try:
+        llm_ids = ensure_llms(db, spec)
+        planned = plan_trials(db, spec, llm_ids)
+        release_dead_claims(db)
+        go.set()
+        mine = Collector(db, spec.model_copy(update={"concurrency": conc[0]}), progress=progress,
+                         max_requests=budget, plan=False, shared_done=counters[0], others_done=counters[1:],
+                         shared_sent=sent)
+        total = _run_async(mine.run())
+        results, errors = [], []
+        for _ in procs:
+            kind, val = out.get()
+            (results if kind == "ok" else errors).append(val)
+        for p in procs:
+            p.join()
+    finally:
+        for p in procs:
+            if p.is_alive():
+                p.terminate()
+    if errors:
+        raise RuntimeError("collector worker failed: " + "; ".join(errors))
+    for r in results:
+        _add_counts(total, r)
+    # what the workers left: e.g. Design A posteriors whose prior another worker wrote last
+    left = None if budget is None else max(0, budget - total.sent)
+    if left is None or left > 0:
+        sweep = _run_async(Collector(db, spec, progress=False, max_requests=left, plan=False).run())
+        _add_counts(total, sweep.__dict__)
+    total.planned = planned
+    total.elapsed_s = time.perf_counter() - t0
+    return total
+
+
+def _add_counts(total: CollectResult, r: dict[str, Any]) -> None:
+    for k in ("sent", "done", "valid", "failed", "attempts", "retries", "lost_leases"):
+        setattr(total, k, getattr(total, k) + r[k])
+    for name, e in r["per_llm"].items():
+        t = total.per_llm.setdefault(name, {"done": 0, "valid": 0, "failed": 0, "attempts": 0})
+        for k, v in e.items():
+            t[k] += v

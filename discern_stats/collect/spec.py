@@ -14,7 +14,8 @@ Example::
         api_key_env: VLLM_API_KEY            # the NAME of an environment variable; keys are never stored
         temperature: 0
         max_tokens: 256
-    concurrency: 16                  # per LLM
+    concurrency: 16                  # per LLM (all worker processes together)
+    workers: 1                       # collector processes on this machine (use 2+ when the client CPU is the limit)
     requests_per_second: null        # LangChain InMemoryRateLimiter per LLM
     retry: {max_attempts: 6, initial_wait_s: 1, max_wait_s: 60, jitter_s: 1}
     timeout_s: 120
@@ -60,6 +61,8 @@ class LLMSpec(BaseModel):
     seed: int | None = None
     extra: dict[str, Any] = Field(default_factory=dict, description="further keyword arguments for the chat model")
     profile_file: str | None = None
+    http_client: Literal["aiohttp", "httpx"] = Field(
+        "aiohttp", description="transport of openai: LLMs (aiohttp is faster; httpx honours proxy variables)")
 
     @field_validator("provider")
     @classmethod
@@ -97,6 +100,8 @@ class RunSpec(BaseModel):
     strategies: list[str] | None = None
     repeats: int = Field(1, ge=1, le=100)
     concurrency: int = Field(8, ge=1, le=1024)
+    workers: int = Field(1, ge=1, le=64, description="collector processes on this machine; they share "
+                                                      "`concurrency` and claim from the same database")
     requests_per_second: float | None = Field(None, gt=0)
     retry: RetryPolicy = Field(default_factory=RetryPolicy)
     timeout_s: float = Field(120.0, gt=0)
