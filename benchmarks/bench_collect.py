@@ -39,6 +39,7 @@ def main() -> None:
     ap.add_argument("--latency-ms", type=float, default=100.0)
     ap.add_argument("--port", type=int, default=8765)
     ap.add_argument("--workers", type=int, default=1, help="collector processes (spec key workers)")
+    ap.add_argument("--http-client", default="aiohttp", choices=["aiohttp", "httpx"], help="transport of the openai client")
     a = ap.parse_args()
     srv = subprocess.Popen([sys.executable, "-c", f"from discern_stats.testing import serve_forever; "
                             f"serve_forever('credulous', port={a.port}, latency_ms={a.latency_ms})"],
@@ -50,7 +51,8 @@ def main() -> None:
             design_cue(db.engine, n_worlds=(a.requests + 47) // 48)
             spec = spec_from_dict({"name": "bench", "design": "cue", "concurrency": a.concurrency,
                                    "llms": [{"name": "loopback", "provider": "openai:synthetic",
-                                             "base_url": f"http://127.0.0.1:{a.port}/v1"}]})
+                                             "base_url": f"http://127.0.0.1:{a.port}/v1",
+                                             "http_client": a.http_client}]})
             t = time.perf_counter()
             collect(db, spec, progress=False, max_requests=0, workers=1)  # plan only (idempotent; timed apart)
             t_plan = time.perf_counter() - t
