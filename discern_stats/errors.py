@@ -38,3 +38,7 @@ class SpecError(DiscernError):
 
 class StaleFitError(DiscernError):
     """A saved fit does not match the data it is asked to describe."""
+
+
+class CollectorError(DiscernError):
+    """A collector worker process failed; its claims return to the plan when their lease ends."""

@@ -18,6 +18,7 @@ import asyncio
 import datetime as dt
 import json
 import os
+import queue
 import socket
 import subprocess
 import time
@@ -31,7 +32,7 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, T
 from tenacity import AsyncRetrying, retry_if_exception, stop_after_attempt, wait_exponential_jitter
 
 from ..db import LLM, Attempt, Item, Request, Run, Source, Trial, dumps, insert_ignore, insert_ignore_many, utcnow
-from ..errors import SpecError
+from ..errors import CollectorError, SpecError
 from ..interchange import trial_key
 from ..trialdb import TrialDB
 from .parsing import failure_status, parse
@@ -538,8 +539,15 @@ def _collect_with_workers(db: TrialDB, spec: RunSpec, n: int, *, progress: bool,
                          shared_sent=sent)
         total = _run_async(mine.run())
         results, errors = [], []
-        for _ in procs:
-            kind, val = out.get()
+        while len(results) + len(errors) < len(procs):
+            try:
+                kind, val = out.get(timeout=1.0)
+            except queue.Empty:  # a worker that died without reporting (killed, crashed)
+                if all(not p.is_alive() for p in procs) and out.empty():
+                    codes = [p.exitcode for p in procs if p.exitcode != 0]
+                    errors.append(f"{len(procs) - len(results) - len(errors)} worker(s) exited without a result "
+                                  f"(exit codes {codes})")
+                continue
             (results if kind == "ok" else errors).append(val)
         for p in procs:
             p.join()
@@ -548,7 +556,8 @@ def _collect_with_workers(db: TrialDB, spec: RunSpec, n: int, *, progress: bool,
             if p.is_alive():
                 p.terminate()
     if errors:
-        raise RuntimeError("collector worker failed: " + "; ".join(errors))
+        raise CollectorError("collector worker failed: " + "; ".join(errors) + ". Re-run the same command to "
+                             "resume: nothing done is lost, and the worker's claims return to the plan")
     for r in results:
         _add_counts(total, r)
     # what the workers left: e.g. Design A posteriors whose prior another worker wrote last
