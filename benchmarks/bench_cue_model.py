@@ -13,6 +13,11 @@ Reports wall time, min bulk ESS over the weights, max R-hat, and ESS per second;
 speed-up is the ratio of ESS/s (time to the same ESS).
 
     python benchmarks/bench_cue_model.py --draws 1000 --tune 1000 --chains 2
+
+``--ladder 250,500,1000`` measures time to target instead: each model is fitted with
+tune = draws = 250, then 500, then 1000 (2 chains) until its weights reach R-hat <= 1.01 and
+bulk ESS >= 400; its time to target is the wall time of the first fit that does (compile
+included), and the failed rungs are reported beside it.
 """
 
 from __future__ import annotations
@@ -66,6 +71,49 @@ def naive_model(d: pd.DataFrame, centred: bool = True):
     return m
 
 
+def _fit(name: str, d: pd.DataFrame, n: int, chains: int) -> tuple[float, float, float]:
+    """(wall s, min bulk ESS, max R-hat) of the weights for one model fitted with tune = draws = n."""
+    import arviz as az
+    import pymc as pm
+    from discern_stats.bayes import CueWeightModel
+    t = time.perf_counter()
+    if name == "ours":
+        m = CueWeightModel(d)
+        m.fit(draws=n, tune=n, chains=chains, random_seed=1)
+        idata = m.idata
+    else:
+        with naive_model(d, centred=name == "naive-c"):
+            idata = pm.sample(n, tune=n, chains=chains, nuts_sampler="nutpie", progressbar=False, random_seed=1)
+    el = time.perf_counter() - t
+    s = az.summary(idata, var_names=["beta"], kind="diagnostics", round_to="none")
+    return el, float(s.ess_bulk.min()), float(s.r_hat.max())
+
+
+def ladder(d: pd.DataFrame, rungs: list[int], chains: int, skip_naive: bool) -> None:
+    import warnings
+    reached: dict[str, float] = {}
+    for name in (["ours"] if skip_naive else ["naive-nc", "naive-c", "ours"]):
+        spent = 0.0
+        for n in rungs:
+            with warnings.catch_warnings():
+                warnings.simplefilter("ignore")
+                el, ess, rhat = _fit(name, d, n, chains)
+            spent += el
+            ok = rhat <= 1.01 and ess >= 400
+            print(f"{name:8s} tune=draws={n:5d} wall={el:7.1f}s min_bulk_ESS={ess:7.1f} max_Rhat={rhat:.4f} "
+                  f"{'target reached' if ok else 'not yet'}", flush=True)
+            if ok:
+                reached[name] = el
+                print(f"{name:8s} time to target: {el:.1f}s (all rungs tried: {spent:.1f}s)", flush=True)
+                break
+        else:
+            print(f"{name:8s} did not reach the target on the ladder", flush=True)
+    if "ours" in reached:
+        for name, el in reached.items():
+            if name != "ours":
+                print(f"ours is {el / reached['ours']:.1f}x faster to target than {name}")
+
+
 def main() -> None:
     import arviz as az
     import pymc as pm
@@ -76,9 +124,13 @@ def main() -> None:
     ap.add_argument("--chains", type=int, default=2)
     ap.add_argument("--worlds", type=int, default=300)
     ap.add_argument("--skip-naive", action="store_true")
+    ap.add_argument("--ladder", default="", help="e.g. 250,500,1000: time to target (see above)")
     a = ap.parse_args()
     d, w = simulate(n_world=a.worlds)
     print(f"rows={len(d)} llms=13 worlds={a.worlds} cues=5")
+    if a.ladder:
+        ladder(d, [int(x) for x in a.ladder.split(",")], a.chains, a.skip_naive)
+        return
     out = []
     for name, centred in (("naive-nc", False), ("naive-c", True)):
         if a.skip_naive:
