@@ -154,12 +154,11 @@ def _rho_rows(names: list[str], x: np.ndarray, ys: list[np.ndarray], W: np.ndarr
     finite-row mask are bootstrapped together in one pass of `cluster_spearman`.
     """
     out: dict[str, dict] = {}
-    masks: dict[bytes, list[int]] = {}
+    masks: dict[bytes, tuple[np.ndarray, list[int]]] = {}
     for k, y in enumerate(ys):
         ok = np.isfinite(x) & np.isfinite(y)
-        masks.setdefault(np.packbits(ok).tobytes(), []).append(k)
-    for ks in masks.values():
-        ok = np.isfinite(x) & np.isfinite(ys[ks[0]])
+        masks.setdefault(np.packbits(ok).tobytes(), (ok, []))[1].append(k)
+    for ok, ks in masks.values():
         xo, io = x[ok], idx[ok]
         live = []
         for k in ks:
