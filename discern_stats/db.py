@@ -272,8 +272,8 @@ def insert_ignore(conn: sa.Connection, model: type[SQLModel], rows: list[dict[st
 
 def insert_ignore_many(conn: sa.Connection, model: type[SQLModel], rows: list[dict[str, Any]],
                        conflict_cols: list[str]) -> None:
-    """Like `insert_ignore` for rows that all have the same keys, without counting what was
-    inserted: one cached single-row statement run with executemany (no recompiling per batch)."""
+    """Like `insert_ignore`, without counting what was inserted: one cached single-row statement
+    run with executemany per set of keys (no recompiling per batch on a hot path)."""
     if not rows:
         return
     dialect = conn.dialect.name
@@ -284,10 +284,12 @@ def insert_ignore_many(conn: sa.Connection, model: type[SQLModel], rows: list[di
     else:  # pragma: no cover
         insert_ignore(conn, model, rows, conflict_cols)
         return
-    keys = set(rows[0])
-    if any(set(r) != keys for r in rows):
-        raise ValueError("insert_ignore_many needs rows with the same keys; use insert_ignore")
-    conn.execute(dialect_insert(model.__table__).on_conflict_do_nothing(index_elements=conflict_cols), rows)
+    stmt = dialect_insert(model.__table__).on_conflict_do_nothing(index_elements=conflict_cols)
+    groups: dict[frozenset[str], list[dict[str, Any]]] = {}
+    for r in rows:  # executemany takes its columns from the first row, as a multi-row VALUES does
+        groups.setdefault(frozenset(r), []).append(r)
+    for grp in groups.values():
+        conn.execute(stmt, grp)
 
 
 def dumps(obj: Any) -> str:

@@ -208,7 +208,6 @@ class Collector:
         self.shared_done = shared_done  # multiprocessing.Value this collector adds its finished trials to
         self.others_done = others_done or []  # the other workers' counters, shown in this progress bar
         self.shared_sent = shared_sent  # multiprocessing.Value: requests sent by all workers (shared budget)
-
         self.me = me or collector_id()
         self.show_progress = progress
         self.budget = max_requests if max_requests is not None else spec.budget.max_requests
@@ -274,13 +273,16 @@ class Collector:
     def _finished(self) -> int:
         return self.result.done + self.result.failed + sum(c.value for c in self.others_done)
 
+    def _show_progress(self, t0: float, **fields: Any) -> None:
+        el = time.perf_counter() - t0
+        n = self._finished()
+        self.progress.update(self.task, completed=n, rate=n / el if el else 0.0, **fields)
+
     async def _tick(self, t0: float) -> None:
         """Refresh the progress bar with the other worker processes' counts."""
         while True:
             await asyncio.sleep(0.5)
-            el = time.perf_counter() - t0
-            n = self._finished()
-            self.progress.update(self.task, completed=n, rate=n / el if el else 0.0)
+            self._show_progress(t0)
 
     def _take_budget(self, n: int) -> int:
         """How many of ``n`` more requests the budget allows (shared by all worker processes)."""
@@ -439,10 +441,7 @@ class Collector:
             if self.shared_done is not None:
                 with self.shared_done.get_lock():
                     self.shared_done.value += len(batch)
-            el = time.perf_counter() - t0
-            n = self._finished()
-            self.progress.update(self.task, completed=n, rate=n / el if el else 0.0,
-                                 retries=res.retries, invalid=res.done - res.valid)
+            self._show_progress(t0, retries=res.retries, invalid=res.done - res.valid)
 
     def _flush(self, stmt: Any, params: list[dict[str, Any]], attempts: list[dict[str, Any]]) -> int:
         T = Trial.__table__
@@ -452,11 +451,7 @@ class Collector:
             held = conn.execute(sa.select(sa.func.count()).select_from(T)
                                 .where(T.c.id.in_(ids), T.c.claimed_by == self.me, T.c.state == "claimed")).scalar()
             conn.execute(stmt, params)
-            by_keys: dict[frozenset[str], list[dict[str, Any]]] = {}
-            for a in attempts:  # failed and successful attempts carry different fields
-                by_keys.setdefault(frozenset(a), []).append(a)
-            for rows in by_keys.values():
-                insert_ignore_many(conn, Attempt, rows, ["trial_id", "n"])
+            insert_ignore_many(conn, Attempt, attempts, ["trial_id", "n"])
         return int(held or 0)
 
 

@@ -145,11 +145,11 @@ def weighted_spearman(x: np.ndarray, y: np.ndarray, w: np.ndarray) -> np.ndarray
 
 
 def _tie_groups(v: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """Stable sort order of v and the start of each tie group in that order (with n appended)."""
+    """Stable sort order of v (int32) and the start of each tie group in that order (with n appended)."""
     order = np.argsort(v, kind="mergesort")
     vs = v[order]
     starts = np.flatnonzero(np.r_[True, vs[1:] != vs[:-1]])
-    return order.astype(np.int64), np.r_[starts, len(v)].astype(np.int64)
+    return order.astype(np.int32), np.r_[starts, len(v)].astype(np.int64)
 
 
 def _cluster_spearman_kernel_py(W, size, ix, ox, gx, iys, oys, gys, goff, out):  # noqa: ANN001 - numba-compatible
@@ -160,8 +160,8 @@ def _cluster_spearman_kernel_py(W, size, ix, ox, gx, iys, oys, gys, goff, out): 
     a_i = rx_i - m and the y tie groups g of rank r_g:
     S_xy = sum_g (r_g - m) * sum_{i in g} w_i a_i,  S_yy = sum_g w_g (r_g - m)^2,
     so each y needs a single pass along its sort order. ``ix``/``iys`` are the clusters of the
-    rows in x / y sort order, ``size`` the number of rows per cluster. Reference plain-Python kernel; `_cluster_spearman_kernel` is this
-    function compiled by numba.
+    rows in x / y sort order, ``size`` the number of rows per cluster. Reference plain-Python
+    kernel; `_cluster_spearman_kernel` is this function compiled by numba.
     """
     n = ox.shape[0]
     n_y = out.shape[1]
@@ -239,12 +239,10 @@ def cluster_spearman(x: np.ndarray, ys: list[np.ndarray], cluster: np.ndarray, W
         orders.append(o)
         groups.append(g)
         goff.append(goff[-1] + len(g))
-    oys = np.vstack(orders) if orders else np.empty((0, len(x)), np.int64)
+    oys = np.vstack(orders) if orders else np.empty((0, len(x)), np.int32)
     gys = np.concatenate(groups) if groups else np.empty(0, np.int64)
-    out = np.empty((W.shape[0], len(ys)))
-    oys = oys.astype(np.int32)
-    iys = cluster[oys].astype(np.int32)
     size = np.bincount(cluster, minlength=W.shape[1]).astype(np.float64)
-    _cluster_spearman_kernel(W, size, cluster[ox].astype(np.int32), ox.astype(np.int32), gx, iys, oys, gys,
+    out = np.empty((W.shape[0], len(ys)))
+    _cluster_spearman_kernel(W, size, cluster[ox].astype(np.int32), ox, gx, cluster[oys].astype(np.int32), oys, gys,
                              np.asarray(goff, np.int64), out)
     return out
