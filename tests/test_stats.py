@@ -120,31 +120,32 @@ def test_weighted_spearman_equals_spearman_on_expanded_resample():
 
 
 def test_cluster_spearman_equals_spearman_on_expanded_resample():
-    """The compiled one-pass kernel against scipy on each expanded resample, several y at once,
-    with heavy ties in x (half the updates are 0) and clusters of unequal size."""
+    """The compiled kernel (several resamples per pass) against scipy on each expanded resample,
+    several y at once, with heavy ties in x (half the updates are 0), clusters of unequal size,
+    a resample count that is not a multiple of the kernel's lane count, and a resample whose
+    x is constant (rho undefined: NaN, as scipy gives)."""
+    from discern_stats.stats import bootstrap as bs
+    from discern_stats.stats.spearman_lanes import LANES
     rng = np.random.default_rng(5)
-    n = 80
+    n, n_cl, B = 80, 12, 10 * LANES + 1
     x = np.where(rng.random(n) < 0.5, 0.0, rng.integers(1, 5, n).astype(float))
     ys = [x + rng.normal(0, 2, n).round(), rng.normal(size=n), -x]
-    clusters = rng.integers(0, 12, n)
-    W = resample_counts(12, 40, seed=4)
+    clusters = rng.integers(0, n_cl, n)
+    W = np.array(resample_counts(n_cl, B, seed=4))
+    x[clusters == 0] = 0.0  # cluster 0 has x constant: a resample of only cluster 0 has no x variance
+    ys[2] = -x
+    W[B - 1] = 0
+    W[B - 1, 0] = n_cl
     got = cluster_spearman(x, ys, clusters, W)
-    assert got.shape == (40, 3)
-    for b in range(40):
+    assert got.shape == (B, 3)
+    assert np.isnan(got[B - 1]).all()
+    for b in range(B - 1):
         rep = np.repeat(np.arange(n), W[b, clusters].astype(int))
         for k, y in enumerate(ys):
             assert got[b, k] == pytest.approx(sps.spearmanr(x[rep], y[rep]).statistic, abs=1e-9)
-    # the plain-Python reference kernel gives the same numbers as the compiled one
-    from discern_stats.stats import bootstrap as bs
-    ox, gx = bs._tie_groups(x)
-    order = [bs._tie_groups(y) for y in ys]
-    oys = np.vstack([o for o, _ in order]).astype(np.int32)
-    gys = np.concatenate([g for _, g in order])
-    goff = np.r_[0, np.cumsum([len(g) for _, g in order])].astype(np.int64)
-    ref = np.empty((40, 3))
-    bs._cluster_spearman_kernel_py(W, np.bincount(clusters, minlength=12).astype(float), clusters[ox].astype(np.int32),
-                                   ox.astype(np.int32), gx, clusters[oys].astype(np.int32), oys, gys, goff, ref)
-    assert np.allclose(ref, got, atol=1e-12)
+    # the plain-Python reference kernel (one resample at a time) gives the same numbers
+    ref = bs._cluster_spearman_reference(x, ys, clusters, W)
+    assert np.allclose(ref, got, atol=1e-12, equal_nan=True)
 
 
 def sim_cue(n_worlds=60, effect=0.3, seed=0, base=0.4, llms=("m",), interventions=("C0",), iv_effect=None):

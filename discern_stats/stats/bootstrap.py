@@ -161,7 +161,8 @@ def _cluster_spearman_kernel_py(W, size, ix, ox, gx, iys, oys, gys, goff, out): 
     S_xy = sum_g (r_g - m) * sum_{i in g} w_i a_i,  S_yy = sum_g w_g (r_g - m)^2,
     so each y needs a single pass along its sort order. ``ix``/``iys`` are the clusters of the
     rows in x / y sort order, ``size`` the number of rows per cluster. Reference plain-Python
-    kernel; `_cluster_spearman_kernel` is this function compiled by numba.
+    kernel (tests, and where numba is missing); `spearman_lanes.rank_sums` computes the same sums
+    compiled, 8 resamples per pass.
     """
     n = ox.shape[0]
     n_y = out.shape[1]
@@ -202,24 +203,6 @@ def _cluster_spearman_kernel_py(W, size, ix, ox, gx, iys, oys, gys, goff, out): 
             out[b, j] = sxy / den if den > 0 else np.nan
 
 
-try:  # numba: the same loops compiled, resamples spread over the cores
-    import numba
-
-    _kernel_serial = numba.njit(cache=True)(_cluster_spearman_kernel_py)
-
-    @numba.njit(parallel=True)  # calls a dispatcher, so it cannot be cached on disk
-    def _cluster_spearman_kernel(W, size, ix, ox, gx, iys, oys, gys, goff, out):  # noqa: ANN001
-        n_chunks = max(1, min(W.shape[0], numba.get_num_threads() * 4))
-        step = (W.shape[0] + n_chunks - 1) // n_chunks
-        for c in numba.prange(n_chunks):
-            lo = c * step
-            hi = min(W.shape[0], lo + step)
-            if lo < hi:
-                _kernel_serial(W[lo:hi], size, ix, ox, gx, iys, oys, gys, goff, out[lo:hi])
-except Exception:  # pragma: no cover
-    _cluster_spearman_kernel = _cluster_spearman_kernel_py
-
-
 def cluster_spearman(x: np.ndarray, ys: list[np.ndarray], cluster: np.ndarray, W: np.ndarray) -> np.ndarray:
     """Spearman's rho(x, y_k) on every cluster-bootstrap resample, for several y at once.
 
@@ -232,17 +215,26 @@ def cluster_spearman(x: np.ndarray, ys: list[np.ndarray], cluster: np.ndarray, W
     x = np.asarray(x, float)
     cluster = np.asarray(cluster, np.int64)
     W = np.ascontiguousarray(W, dtype=np.float64)
+    try:
+        from .spearman_lanes import rank_sums
+    except ImportError:  # pragma: no cover - numba is a dependency; the reference kernel is slow but exact
+        return _cluster_spearman_reference(x, ys, cluster, W)
+    sxx, syy, sxy = rank_sums(W, cluster, x, ys)
+    with np.errstate(invalid="ignore", divide="ignore"):
+        den = np.sqrt(sxx[:, None] * syy)
+        return np.where(den > 0, sxy / np.where(den > 0, den, 1.0), np.nan)
+
+
+def _cluster_spearman_reference(x: np.ndarray, ys: list[np.ndarray], cluster: np.ndarray,
+                                W: np.ndarray) -> np.ndarray:
+    """`cluster_spearman` through the plain-Python reference kernel (one resample at a time)."""
     ox, gx = _tie_groups(x)
-    orders, groups, goff = [], [], [0]
-    for y in ys:
-        o, g = _tie_groups(np.asarray(y, float))
-        orders.append(o)
-        groups.append(g)
-        goff.append(goff[-1] + len(g))
-    oys = np.vstack(orders) if orders else np.empty((0, len(x)), np.int32)
-    gys = np.concatenate(groups) if groups else np.empty(0, np.int64)
+    ty = [_tie_groups(np.asarray(y, float)) for y in ys]
+    oys = np.vstack([o for o, _ in ty]) if ty else np.empty((0, len(x)), np.int32)
+    gys = np.concatenate([g for _, g in ty]) if ty else np.empty(0, np.int64)
+    goff = np.r_[0, np.cumsum([len(g) for _, g in ty])].astype(np.int64)
     size = np.bincount(cluster, minlength=W.shape[1]).astype(np.float64)
     out = np.empty((W.shape[0], len(ys)))
-    _cluster_spearman_kernel(W, size, cluster[ox].astype(np.int32), ox, gx, cluster[oys].astype(np.int32), oys, gys,
-                             np.asarray(goff, np.int64), out)
+    _cluster_spearman_kernel_py(W, size, cluster[ox].astype(np.int32), ox, gx, cluster[oys].astype(np.int32), oys,
+                                gys, goff, out)
     return out
