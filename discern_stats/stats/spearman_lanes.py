@@ -4,8 +4,9 @@ It computes what the plain-Python reference `bootstrap._cluster_spearman_kernel_
 mid-rank sums of the expanded resample, see there), but for ``LANES`` resamples at once: each row
 of the sort order is read once per block of ``LANES`` resamples, and the lanes are independent
 sums that the CPU adds in one vector instruction. The source is written out from a template
-with one scalar per lane (``s0 .. s3``: a line with ``@`` is written once per lane), because scalars are what LLVM's SLP vectoriser packs
-into vector registers; the same loop over a small array is left scalar (numba arrays may alias).
+with one scalar per lane (``s0 .. s3``: a line with ``@`` is written once per lane), because
+scalars are what LLVM's SLP vectoriser packs into vector registers; the same loop over a small
+array is left scalar (numba arrays may alias).
 
 Exactness: weights, rank sums and centred ranks are integers or half-integers, exact in float64;
 the products are summed in float64 in a different order than the reference (``reassoc``), which
