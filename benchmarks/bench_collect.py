@@ -39,7 +39,8 @@ def main() -> None:
     ap.add_argument("--latency-ms", type=float, default=100.0)
     ap.add_argument("--port", type=int, default=8765)
     ap.add_argument("--workers", type=int, default=1, help="collector processes (spec key workers)")
-    ap.add_argument("--http-client", default="aiohttp", choices=["aiohttp", "httpx"], help="transport of the openai client")
+    ap.add_argument("--http-client", default="aiohttp", choices=["aiohttp", "httpx", "direct"],
+                    help="HTTP layer of the openai: LLM (spec key http_client)")
     a = ap.parse_args()
     srv = subprocess.Popen([sys.executable, "-c", f"from discern_stats.testing import serve_forever; "
                             f"serve_forever('credulous', port={a.port}, latency_ms={a.latency_ms})"],

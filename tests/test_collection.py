@@ -60,13 +60,14 @@ def test_spec_errors(tmp_path):
         load_spec(os.path.join(os.path.dirname(__file__), "..", p))
 
 
-def test_fault_injecting_server_every_attempt_recorded(sqlite_url, monkeypatch):
+@pytest.mark.parametrize("http_client", ["aiohttp", "direct"])
+def test_fault_injecting_server_every_attempt_recorded(sqlite_url, monkeypatch, http_client):
     db = ds.TrialDB(sqlite_url)
     design_cue(db.engine, n_worlds=4)
     monkeypatch.setenv("FAKE_KEY", "sk-secret-value-123")
     with FakeOpenAIServer("credulous", fault_rate=0.2, delay_s=0.05, seed=1) as srv:
         spec = _spec(llms=[{"name": "fake-openai", "provider": "openai:synthetic", "base_url": srv.base_url,
-                            "api_key_env": "FAKE_KEY"}], timeout_s=5)
+                            "api_key_env": "FAKE_KEY", "http_client": http_client}], timeout_s=5)
         res = collect(db, spec, progress=False)
         counts = dict(srv.counts)
     assert res.planned == 4 * 48 and res.done == 4 * 48 and res.failed == 0
@@ -77,6 +78,9 @@ def test_fault_injecting_server_every_attempt_recorded(sqlite_url, monkeypatch):
     assert counts["429"] > 0 and counts["500"] > 0 and counts["malformed"] > 0 and counts["delay"] > 0
     assert set(failed_attempts.error_type) == {"rate_limit", "server_error", "malformed_response"}
     assert (failed_attempts[failed_attempts.http_status == 429].error_type == "rate_limit").all()
+    # the errors come from the HTTP layer the spec chose (the openai SDK's, or the direct client's)
+    direct = failed_attempts.error.str.startswith(("DirectHTTPError", "MalformedResponseError"))
+    assert direct.all() if http_client == "direct" else not direct.any()
     log = db.trial_log("cue")
     assert log.raw_response.notna().all() and (log.tokens_in > 0).all() and log.latency_ms.notna().all()
     assert (log.n_attempts >= 1).all() and log.n_attempts.sum() == len(att)
@@ -85,6 +89,51 @@ def test_fault_injecting_server_every_attempt_recorded(sqlite_url, monkeypatch):
         for t in sa.inspect(db.engine).get_table_names():
             for row in c.execute(sa.text(f'SELECT * FROM "{t}"')):  # table names from the inspector, not user input
                 assert "sk-secret-value-123" not in str(row)
+
+
+def test_direct_client_errors_are_classified():
+    """http_client 'direct': a refused connection is a retryable connection error; a 2xx body
+    without 'choices' is a malformed response (retried); a 4xx is a client error (not retried);
+    the API key appears in no error message."""
+    import asyncio
+
+    from aiohttp import web
+
+    from discern_stats.collect.direct_client import DirectChatCompletions
+    from discern_stats.collect.providers import error_type, http_status, is_retryable
+
+    async def scenario() -> list[BaseException]:
+        async def handler(request: web.Request) -> web.Response:
+            body = await request.json()
+            if body["model"] == "no-choices":
+                return web.json_response({"id": "x"})
+            return web.json_response({"error": {"message": "bad model"}}, status=404)
+
+        app = web.Application()
+        app.router.add_post("/v1/chat/completions", handler)
+        runner = web.AppRunner(app)
+        await runner.setup()
+        site = web.TCPSite(runner, "127.0.0.1", 0)
+        await site.start()
+        port = site._server.sockets[0].getsockname()[1]
+        errors = []
+        for url, model in ((f"http://127.0.0.1:{port}/v1", "no-choices"), (f"http://127.0.0.1:{port}/v1", "other"),
+                           ("http://127.0.0.1:1/v1", "any")):
+            client = DirectChatCompletions(url, "sk-secret-value-123", timeout_s=5)
+            try:
+                await client.with_raw_response.create(model=model, messages=[{"role": "user", "content": "hi"}])
+            except Exception as exc:  # noqa: BLE001
+                errors.append(exc)
+            finally:
+                await client.aclose()
+        await runner.cleanup()
+        return errors
+
+    malformed, not_found, refused = asyncio.run(scenario())
+    assert error_type(malformed) == "malformed_response" and is_retryable(malformed)
+    assert http_status(not_found) == 404 and error_type(not_found) == "client_error" and not is_retryable(not_found)
+    assert error_type(refused) == "connection" and is_retryable(refused)
+    assert all("sk-secret" not in str(e) for e in (malformed, not_found, refused))
 
 
 def test_invalid_outputs_kept_and_counted(sqlite_url):

@@ -60,7 +60,14 @@ def build_chat_model(spec: LLMSpec, run: RunSpec, *, knowledge: dict[str, float]
             # transport (BENCHMARKS.md); owned by the collector, which closes it
             import openai
             kw["http_async_client"] = openai.DefaultAioHttpClient(timeout=run.timeout_s)
-        return ChatOpenAI(**kw, **spec.extra, **common)
+        model = ChatOpenAI(**kw, **spec.extra, **common)
+        if spec.http_client == "direct":
+            # LangChain builds the payload and reads the response; the HTTP call is a plain aiohttp
+            # POST, without the openai SDK's request layers (collect/direct_client.py)
+            from .direct_client import DirectChatCompletions
+            model.async_client = DirectChatCompletions(spec.base_url or "https://api.openai.com/v1", key,
+                                                       run.timeout_s)
+        return model
     if spec.kind == "anthropic":
         from langchain_anthropic import ChatAnthropic
         key = api_key(spec)
@@ -84,12 +91,13 @@ def build_chat_model(spec: LLMSpec, run: RunSpec, *, knowledge: dict[str, float]
 
 async def close_chat_model(model: Any) -> None:
     """Close an HTTP client the collector created for a chat model (no-op otherwise)."""
-    client = getattr(model, "http_async_client", None)
-    if client is not None and hasattr(client, "aclose"):
-        try:
-            await client.aclose()
-        except Exception:  # pragma: no cover - closing is best effort
-            pass
+    for attr in ("http_async_client", "async_client"):
+        client = getattr(model, attr, None)
+        if client is not None and hasattr(client, "aclose"):
+            try:
+                await client.aclose()
+            except Exception:  # pragma: no cover - closing is best effort
+                pass
 
 
 def http_status(exc: BaseException) -> int | None:
@@ -117,7 +125,8 @@ def is_retryable(exc: BaseException) -> bool:
 def _malformed(exc: BaseException) -> bool:
     """A 2xx response whose body cannot be decoded: a transient server fault, retried."""
     names = {type(e).__name__ for e in (exc, exc.__cause__, exc.__context__) if e is not None}
-    return any(n in names for n in ("JSONDecodeError", "APIResponseValidationError", "DecodingError"))
+    return any(n in names for n in ("JSONDecodeError", "APIResponseValidationError", "DecodingError",
+                                   "MalformedResponseError"))
 
 
 def error_type(exc: BaseException) -> str:

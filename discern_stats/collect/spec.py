@@ -61,8 +61,10 @@ class LLMSpec(BaseModel):
     seed: int | None = None
     extra: dict[str, Any] = Field(default_factory=dict, description="further keyword arguments for the chat model")
     profile_file: str | None = None
-    http_client: Literal["aiohttp", "httpx"] = Field(
-        "aiohttp", description="transport of openai: LLMs (aiohttp is faster; httpx honours proxy variables)")
+    http_client: Literal["aiohttp", "httpx", "direct"] = Field(
+        "aiohttp", description="HTTP layer of openai: LLMs: 'aiohttp' (openai SDK on aiohttp), 'httpx' (the SDK's "
+                               "default transport; honours proxy variables) or 'direct' (LangChain's ChatOpenAI "
+                               "with a plain aiohttp POST in place of the SDK: the least CPU per request)")
 
     @field_validator("provider")
     @classmethod

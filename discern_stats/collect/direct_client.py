@@ -1,0 +1,92 @@
+"""A lean chat-completions client for OpenAI-compatible servers, plugged under LangChain's ChatOpenAI.
+
+``http_client: direct`` in a run spec. LangChain still builds the request payload from the
+messages and turns the response into an ``AIMessage`` (with token usage); only the HTTP call
+is ours: the JSON payload is POSTed with aiohttp to ``{base_url}/chat/completions`` and the JSON
+body is handed back as a dict, which ChatOpenAI accepts as a response. This skips the openai
+SDK's request layers (its typed-dict transform of every payload and the httpx request model
+built before the aiohttp transport), which took about 45 % of the collector's CPU per request
+in a py-spy profile (BENCHMARKS.md). Errors carry their HTTP status, so the collector's retry
+classifier treats them as it treats the SDK's: 429 and 5xx are retried, other 4xx are not; a
+2xx body that is not a chat completion is a malformed response (retried); timeouts and
+connection failures are retried.
+
+The API key goes into the Authorization header only; no error message contains it.
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+import aiohttp
+
+
+class DirectHTTPError(Exception):
+    """A non-2xx answer; ``status_code`` is what the retry classifier reads."""
+
+    def __init__(self, status_code: int, body: str) -> None:
+        super().__init__(f"HTTP {status_code}: {body[:500]}")
+        self.status_code = status_code
+
+
+class MalformedResponseError(ValueError):
+    """A 2xx answer whose body is not a chat completion (not JSON, or no ``choices``)."""
+
+
+class DirectConnectionError(ConnectionError):
+    """The server could not be reached or dropped the connection."""
+
+
+class _RawResponse:
+    """What ChatOpenAI expects from ``with_raw_response.create``: ``parse()`` and ``headers``."""
+
+    def __init__(self, body: dict[str, Any], headers: dict[str, str]) -> None:
+        self._body = body
+        self.headers = headers
+
+    def parse(self) -> dict[str, Any]:
+        return self._body
+
+
+class DirectChatCompletions:
+    """Stands in for ``AsyncOpenAI().chat.completions`` in a ChatOpenAI model (``model.async_client``)."""
+
+    def __init__(self, base_url: str, api_key: str | None, timeout_s: float) -> None:
+        self.url = base_url.rstrip("/") + "/chat/completions"
+        self._headers = {"Content-Type": "application/json", "Accept": "application/json"}
+        if api_key:
+            self._headers["Authorization"] = f"Bearer {api_key}"
+        self._timeout = aiohttp.ClientTimeout(total=timeout_s)
+        self._session: aiohttp.ClientSession | None = None
+
+    @property
+    def with_raw_response(self) -> "DirectChatCompletions":
+        return self
+
+    async def create(self, **payload: Any) -> _RawResponse:
+        if payload.get("stream"):
+            raise ValueError("http_client 'direct' does not stream; leave streaming off for collection")
+        payload.pop("stream", None)
+        if self._session is None or self._session.closed:  # created inside the running event loop
+            self._session = aiohttp.ClientSession(timeout=self._timeout)
+        data = json.dumps(payload).encode()
+        try:
+            async with self._session.post(self.url, data=data, headers=self._headers) as resp:
+                text = await resp.text()
+                status, headers = resp.status, dict(resp.headers)
+        except aiohttp.ClientConnectionError as exc:  # refused, reset, server disconnected
+            raise DirectConnectionError(f"{type(exc).__name__}: {exc}") from exc
+        if not 200 <= status < 300:
+            raise DirectHTTPError(status, text)
+        try:
+            body = json.loads(text)
+        except json.JSONDecodeError as exc:
+            raise MalformedResponseError(f"response body is not JSON: {exc}; body starts {text[:200]!r}") from exc
+        if not isinstance(body, dict) or not isinstance(body.get("choices"), list):
+            raise MalformedResponseError(f"response body has no 'choices' list; body starts {text[:200]!r}")
+        return _RawResponse(body, headers)
+
+    async def aclose(self) -> None:
+        if self._session is not None and not self._session.closed:
+            await self._session.close()
