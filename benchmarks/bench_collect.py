@@ -41,6 +41,7 @@ def main() -> None:
     ap.add_argument("--workers", type=int, default=1, help="collector processes (spec key workers)")
     ap.add_argument("--http-client", default="aiohttp", choices=["aiohttp", "httpx", "direct"],
                     help="HTTP layer of the openai: LLM (spec key http_client)")
+    ap.add_argument("--timeline", action="store_true", help="print the attempts started in each second of the run")
     a = ap.parse_args()
     srv = subprocess.Popen([sys.executable, "-c", f"from discern_stats.testing import serve_forever; "
                             f"serve_forever('credulous', port={a.port}, latency_ms={a.latency_ms})"],
@@ -58,7 +59,7 @@ def main() -> None:
             collect(db, spec, progress=False, max_requests=0, workers=1)  # plan only (idempotent; timed apart)
             t_plan = time.perf_counter() - t
             c0, s0 = os.times(), _cpu_s(srv.pid)
-            t = time.perf_counter()
+            t, wall0 = time.perf_counter(), time.time()
             r = collect(db, spec, progress=False, max_requests=a.requests, workers=a.workers)
             el = time.perf_counter() - t
             c1, s1 = os.times(), _cpu_s(srv.pid)
@@ -69,6 +70,11 @@ def main() -> None:
             lo, hi = ts[int(0.1 * len(ts))], ts[int(0.9 * len(ts)) - 1]
             print(f"steady-state rate (attempts started between the 10th and 90th percentile of start times): "
                   f"{0.8 * len(ts) / (hi - lo):.1f} req/s")
+            if a.timeline:
+                t_first = (st.min() - pd.Timestamp(wall0, unit="s", tz=st.dt.tz)).total_seconds()
+                per_s = np.bincount(ts.astype(int))
+                print(f"first attempt started {t_first:.2f}s after the call; attempts started per second: "
+                      + " ".join(str(v) for v in per_s))
             print(f"client-side latency per attempt: median {np.median(lat):.0f} ms, p90 {np.quantile(lat, 0.9):.0f} ms "
                   f"(server adds {a.latency_ms:.0f} ms)")
     finally:

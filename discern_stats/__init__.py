@@ -2,25 +2,56 @@
 
 Public API (see README): `TrialDB`, the interchange import/export functions, stimulus
 designs, collection, metrics, bootstrap, Holm families and the Bayesian model classes.
+
+The names are imported on first use (PEP 562 module ``__getattr__``), so that a process that
+needs one part (a collector worker, the CLI's ``--help``) does not pay for importing the
+statistics and modelling stacks.
 """
 
 from __future__ import annotations
 
-from .db import DEFAULT_DB_URL
-from .errors import DatabaseURLError, DiscernError, InputError, SpecError, StaleFitError
-from .interchange import export_trials, import_items, import_sources, import_trials, read_table
-from .trialdb import TrialDB
-from .bayes import CueWeightModel, DiscernmentModel, InterventionContrastModel, fit
-from .collect.runner import collect
-from .designs import design_cue, design_l2d
-from .stats import holm, intervention_contrasts, intervention_family, metrics
-from .stats.bootstrap import resample_counts as bootstrap_counts
+import importlib
+from typing import TYPE_CHECKING, Any
 
 __version__ = "0.1.0"
 
-__all__ = [
-    "DEFAULT_DB_URL", "TrialDB", "DiscernError", "InputError", "DatabaseURLError", "SpecError",
-    "StaleFitError", "metrics", "holm", "intervention_contrasts", "intervention_family",
-    "bootstrap_counts", "fit", "CueWeightModel", "DiscernmentModel", "InterventionContrastModel", "collect",
-    "design_cue", "design_l2d", "import_items", "import_sources", "import_trials", "export_trials", "read_table",
-]
+_EXPORTS = {
+    "DEFAULT_DB_URL": ".db", "TrialDB": ".trialdb",
+    "DiscernError": ".errors", "InputError": ".errors", "DatabaseURLError": ".errors", "SpecError": ".errors",
+    "StaleFitError": ".errors",
+    "metrics": ".stats", "holm": ".stats", "intervention_contrasts": ".stats", "intervention_family": ".stats",
+    "bootstrap_counts": ".stats.bootstrap:resample_counts",
+    "fit": ".bayes", "CueWeightModel": ".bayes", "DiscernmentModel": ".bayes", "InterventionContrastModel": ".bayes",
+    "collect": ".collect.runner",
+    "design_cue": ".designs", "design_l2d": ".designs",
+    "import_items": ".interchange", "import_sources": ".interchange", "import_trials": ".interchange",
+    "export_trials": ".interchange", "read_table": ".interchange",
+}
+
+__all__ = list(_EXPORTS)
+
+
+def __getattr__(name: str) -> Any:
+    target = _EXPORTS.get(name)
+    if target is None:
+        raise AttributeError(f"module 'discern_stats' has no attribute {name!r}")
+    module, _, attr = target.partition(":")
+    value = getattr(importlib.import_module(module, __name__), attr or name)
+    globals()[name] = value  # later lookups skip this function
+    return value
+
+
+def __dir__() -> list[str]:
+    return sorted(set(globals()) | set(__all__))
+
+
+if TYPE_CHECKING:  # for type checkers and IDEs: the same names, imported eagerly
+    from .bayes import CueWeightModel, DiscernmentModel, InterventionContrastModel, fit
+    from .collect.runner import collect
+    from .db import DEFAULT_DB_URL
+    from .designs import design_cue, design_l2d
+    from .errors import DatabaseURLError, DiscernError, InputError, SpecError, StaleFitError
+    from .interchange import export_trials, import_items, import_sources, import_trials, read_table
+    from .stats import holm, intervention_contrasts, intervention_family, metrics
+    from .stats.bootstrap import resample_counts as bootstrap_counts
+    from .trialdb import TrialDB

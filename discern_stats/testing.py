@@ -90,7 +90,11 @@ class FakeOpenAIServer:
 
     # -- lifecycle
     def _run(self) -> None:
-        self._loop = asyncio.new_event_loop()
+        try:  # uvloop where installed: less server CPU per request, so the benchmark measures the client
+            import uvloop
+            self._loop = uvloop.new_event_loop()
+        except ImportError:  # pragma: no cover - uvloop is a dependency on Linux and macOS
+            self._loop = asyncio.new_event_loop()
 
         async def main() -> None:
             server = await asyncio.start_server(self._handle, "127.0.0.1", self.port, limit=2 ** 22, backlog=1024)

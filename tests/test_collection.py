@@ -96,6 +96,7 @@ def test_direct_client_errors_are_classified():
     without 'choices' is a malformed response (retried); a 4xx is a client error (not retried);
     the API key appears in no error message."""
     import asyncio
+    import json
 
     from aiohttp import web
 
@@ -107,6 +108,11 @@ def test_direct_client_errors_are_classified():
             body = await request.json()
             if body["model"] == "no-choices":
                 return web.json_response({"id": "x"})
+            if body["model"] == "echo":  # extra_body keys are merged into the body, extra_headers sent
+                seen = {"top_k": body.get("top_k"), "extra_body": "extra_body" in body,
+                        "header": request.headers.get("X-Test")}
+                return web.json_response({"id": "e", "choices": [{"index": 0, "finish_reason": "stop", "message": {
+                    "role": "assistant", "content": json.dumps(seen)}}]})
             return web.json_response({"error": {"message": "bad model"}}, status=404)
 
         app = web.Application()
@@ -116,7 +122,11 @@ def test_direct_client_errors_are_classified():
         site = web.TCPSite(runner, "127.0.0.1", 0)
         await site.start()
         port = site._server.sockets[0].getsockname()[1]
-        errors = []
+        echo = DirectChatCompletions(f"http://127.0.0.1:{port}/v1", None, timeout_s=5)
+        raw = await echo.with_raw_response.create(model="echo", messages=[], extra_body={"top_k": 5},
+                                                  extra_headers={"X-Test": "1"}, stream=False)
+        await echo.aclose()
+        errors = [json.loads(raw.parse()["choices"][0]["message"]["content"])]
         for url, model in ((f"http://127.0.0.1:{port}/v1", "no-choices"), (f"http://127.0.0.1:{port}/v1", "other"),
                            ("http://127.0.0.1:1/v1", "any")):
             client = DirectChatCompletions(url, "sk-secret-value-123", timeout_s=5)
@@ -129,11 +139,46 @@ def test_direct_client_errors_are_classified():
         await runner.cleanup()
         return errors
 
-    malformed, not_found, refused = asyncio.run(scenario())
+    echo, malformed, not_found, refused = asyncio.run(scenario())
+    assert echo == {"top_k": 5, "extra_body": False, "header": "1"}
     assert error_type(malformed) == "malformed_response" and is_retryable(malformed)
     assert http_status(not_found) == 404 and error_type(not_found) == "client_error" and not is_retryable(not_found)
     assert error_type(refused) == "connection" and is_retryable(refused)
     assert all("sk-secret" not in str(e) for e in (malformed, not_found, refused))
+
+
+def test_retries_first_attempt_outside_tenacity():
+    """`_with_retries`: a request that fails k times with retryable errors is tried k + 1 times;
+    one that always fails is tried exactly max_attempts times; a client error is tried once."""
+    import asyncio
+
+    from discern_stats.collect.direct_client import DirectHTTPError
+    from discern_stats.collect.runner import _with_retries
+    from discern_stats.collect.spec import RetryPolicy
+
+    policy = RetryPolicy(max_attempts=4, initial_wait_s=0.001, max_wait_s=0.002, jitter_s=0.0)
+
+    def flaky(fail: int, status: int = 429):
+        calls = []
+
+        async def once():
+            calls.append(1)
+            if len(calls) <= fail:
+                raise DirectHTTPError(status, "injected")
+            return "ok"
+        return once, calls
+
+    for fail in (0, 1, 3):
+        once, calls = flaky(fail)
+        assert asyncio.run(_with_retries(once, policy)) == "ok" and len(calls) == fail + 1
+    once, calls = flaky(10)
+    with pytest.raises(DirectHTTPError):
+        asyncio.run(_with_retries(once, policy))
+    assert len(calls) == 4
+    once, calls = flaky(10, status=400)
+    with pytest.raises(DirectHTTPError):
+        asyncio.run(_with_retries(once, policy))
+    assert len(calls) == 1
 
 
 def test_invalid_outputs_kept_and_counted(sqlite_url):

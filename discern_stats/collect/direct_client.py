@@ -68,11 +68,17 @@ class DirectChatCompletions:
         if payload.get("stream"):
             raise ValueError("http_client 'direct' does not stream; leave streaming off for collection")
         payload.pop("stream", None)
+        # the openai SDK's request options, which it does not send as body keys
+        if payload.pop("extra_query", None):
+            raise ValueError("http_client 'direct' does not send extra_query; use http_client 'aiohttp'")
+        payload.pop("timeout", None)  # the client's own timeout applies
+        headers = {**self._headers, **(payload.pop("extra_headers", None) or {})}
+        payload.update(payload.pop("extra_body", None) or {})
         if self._session is None or self._session.closed:  # created inside the running event loop
             self._session = aiohttp.ClientSession(timeout=self._timeout)
         data = json.dumps(payload).encode()
         try:
-            async with self._session.post(self.url, data=data, headers=self._headers) as resp:
+            async with self._session.post(self.url, data=data, headers=headers) as resp:
                 text = await resp.text()
                 status, headers = resp.status, dict(resp.headers)
         except aiohttp.ClientConnectionError as exc:  # refused, reset, server disconnected

@@ -24,6 +24,7 @@ import subprocess
 import time
 import uuid
 from dataclasses import dataclass, field
+from types import SimpleNamespace
 from typing import Any
 
 import sqlalchemy as sa
@@ -117,6 +118,15 @@ def plan_trials(db: TrialDB, spec: RunSpec, llm_ids: dict[str, int]) -> int:
     return total
 
 
+def open_trials(db: TrialDB, spec: RunSpec, llm_ids: dict[str, int]) -> int:
+    """Trials of the spec's LLMs still to answer: pending or claimed (and failed, with ``retry_failed``)."""
+    T = Trial.__table__
+    states = [T.c.state == "pending", T.c.state == "claimed"] + ([T.c.state == "failed"] if spec.retry_failed else [])
+    with db.engine.connect() as conn:
+        return conn.execute(sa.select(sa.func.count()).select_from(T)
+                            .where(T.c.llm_id.in_(list(llm_ids.values())), sa.or_(*states))).scalar()
+
+
 def release_dead_claims(db: TrialDB) -> int:
     """Return to 'pending' the claims of collectors on this host whose process is gone."""
     host = socket.gethostname()
@@ -199,11 +209,39 @@ def _redact(text: str, secrets: list[str]) -> str:
 
 
 # ---------------------------------------------------------------- execution
+async def _with_retries(once: Any, r: Any) -> Any:
+    """``await once()`` with tenacity's retries (exponential backoff with jitter) on retryable errors.
+
+    The first attempt runs outside tenacity, since most requests succeed at once and tenacity's
+    machinery cost about 7 % of the collector's CPU per request (py-spy). After a retryable
+    failure, tenacity runs the remaining ``max_attempts - 1`` attempts with the same waits as
+    if it had run from the start: wait n follows attempt n, for n = 1, 2, ...
+    """
+    try:
+        return await once()
+    except Exception as exc:  # noqa: BLE001 - re-raised unless retryable
+        if r.max_attempts <= 1 or not is_retryable(exc):
+            raise
+    backoff = wait_exponential_jitter(initial=r.initial_wait_s, max=r.max_wait_s, jitter=r.jitter_s)
+
+    def wait(state: Any) -> float:  # tenacity's attempt k is attempt k + 1 of the request
+        return backoff(SimpleNamespace(attempt_number=state.attempt_number + 1))
+
+    await asyncio.sleep(backoff(SimpleNamespace(attempt_number=1)))
+    return await AsyncRetrying(stop=stop_after_attempt(r.max_attempts - 1), wait=wait,
+                               retry=retry_if_exception(is_retryable), reraise=True)(once)
+
+
 class Collector:
     def __init__(self, db: TrialDB, spec: RunSpec, *, me: str | None = None, progress: bool = True,
                  max_requests: int | None = None, plan: bool = True, shared_done: Any = None,
-                 others_done: list[Any] | None = None, shared_sent: Any = None):
+                 others_done: list[Any] | None = None, shared_sent: Any = None, borrow: int = 0,
+                 lenders_ready: Any = None, ready: Any = None):
         self.db, self.spec = db, spec
+        # worker processes: until ``lenders_ready()`` says the other workers collect, this one runs
+        # ``borrow`` extra slots per LLM (their share of the concurrency), so start-up costs no
+        # throughput; ``ready`` (a multiprocessing.Value) is how a worker says it collects
+        self.borrow, self.lenders_ready, self.ready = borrow, lenders_ready, ready
         self.plan = plan  # False in worker processes: the parent has planned
         self.shared_done = shared_done  # multiprocessing.Value this collector adds its finished trials to
         self.others_done = others_done or []  # the other workers' counters, shown in this progress bar
@@ -234,11 +272,7 @@ class Collector:
                 spec_name=spec.name, spec_json=spec.model_dump_json(), code_version=code_version(),
                 started_at=utcnow(), status="running", host=socket.gethostname()).returning(Run.__table__.c.id)).scalar_one()
         self.result = CollectResult(run_id=run_id, planned=planned)
-        T = Trial.__table__
-        with self.db.engine.connect() as conn:
-            states = [T.c.state == "pending", T.c.state == "claimed"] + ([T.c.state == "failed"] if spec.retry_failed else [])
-            todo = conn.execute(sa.select(sa.func.count()).select_from(T)
-                                .where(T.c.llm_id.in_(list(llm_ids.values())), sa.or_(*states))).scalar()
+        todo = open_trials(self.db, spec, llm_ids)
         if self.budget is not None:
             todo = min(todo, self.budget)
         knowledge, src_knowledge = self._knowledge() if spec.design == "l2d" else ({}, {})
@@ -253,6 +287,9 @@ class Collector:
             self.task = progress.add_task(f"collect {spec.name}", total=todo, rate=0.0, retries=0, invalid=0)
             self.progress = progress
             writer = asyncio.create_task(self._writer(t0))
+            if self.ready is not None:
+                with self.ready.get_lock():
+                    self.ready.value += 1
             ticker = asyncio.create_task(self._tick(t0)) if self.others_done else None
             try:
                 await asyncio.gather(*(self._llm_loop(m, llm_ids[m.name], models[m.name]) for m in spec.llms))
@@ -307,8 +344,11 @@ class Collector:
         queue: asyncio.Queue = asyncio.Queue()
         st = self.state[m.name] = {"running": 0, "unflushed": 0, "event": asyncio.Event()}
 
-        async def worker() -> None:
+        async def worker(borrowed: bool) -> None:
             while True:
+                if borrowed and self.lenders_ready():  # the lending workers collect now: hand the slot back
+                    st["slots"] -= 1
+                    return
                 job = await queue.get()
                 if job is None:
                     return
@@ -318,12 +358,14 @@ class Collector:
                     st["running"] -= 1
                     st["event"].set()
 
-        workers = [asyncio.create_task(worker()) for _ in range(spec.concurrency)]
-        # claim ahead: top the queue up to 3x concurrency whenever it holds less than 2x, so that
-        # the database round trip of a claim is hidden behind queued work
-        batch = max(4, 3 * spec.concurrency)
+        borrow = self.borrow if self.lenders_ready is not None and not self.lenders_ready() else 0
+        st["slots"] = spec.concurrency + borrow
+        workers = [asyncio.create_task(worker(i >= spec.concurrency)) for i in range(st["slots"])]
         while True:
-            want = self._take_budget(batch - st["running"]) if st["running"] < 2 * spec.concurrency else 0
+            # claim ahead: top the queue up to 3x the slots whenever it holds less than 2x, so that
+            # the database round trip of a claim is hidden behind queued work
+            slots = st["slots"]
+            want = self._take_budget(max(4, 3 * slots) - st["running"]) if st["running"] < 2 * slots else 0
             jobs = []
             if want > 0:
                 jobs = await asyncio.to_thread(claim, self.db, llm_id, self.me, want, spec.lease_s, spec.retry_failed)
@@ -365,13 +407,9 @@ class Collector:
             a.update(latency_ms=1000 * (time.perf_counter() - t), ok=True)
             return out
 
-        r = spec.retry
-        retrying = AsyncRetrying(stop=stop_after_attempt(r.max_attempts),
-                                 wait=wait_exponential_jitter(initial=r.initial_wait_s, max=r.max_wait_s, jitter=r.jitter_s),
-                                 retry=retry_if_exception(is_retryable), reraise=True)
         upd: dict[str, Any] = {"id": job["id"], "started_at": started}
         try:
-            out = await retrying(once)
+            out = await _with_retries(once, spec.retry)
         except Exception as exc:  # noqa: BLE001
             upd.update(state="failed", status="api_error", valid=False,
                        error=_redact(f"{type(exc).__name__}: {exc}", self.secrets)[:2000])
@@ -487,7 +525,7 @@ def _shares(total: int, n: int) -> list[int]:
 
 
 def _worker_main(url: str, spec_json: str, concurrency: int, budget: int | None, done: Any, sent: Any,
-                 go: Any, out: Any) -> None:
+                 ready: Any, go: Any, out: Any) -> None:
     """Entry point of a collector worker process (spawned by `collect`): it imports while the
     parent plans, then waits for ``go`` (and gives up if the parent dies first)."""
     parent = os.getppid()
@@ -498,7 +536,7 @@ def _worker_main(url: str, spec_json: str, concurrency: int, budget: int | None,
     db = TrialDB(url, create=False)
     try:
         res = _run_async(Collector(db, spec, progress=False, max_requests=budget, plan=False, shared_done=done,
-                                    shared_sent=sent).run())
+                                    shared_sent=sent, ready=ready).run())
         out.put(("ok", res.__dict__))
     except BaseException as exc:  # noqa: BLE001 - reported by the parent
         out.put(("error", f"{type(exc).__name__}: {exc}"))
@@ -519,9 +557,10 @@ def _collect_with_workers(db: TrialDB, spec: RunSpec, n: int, *, progress: bool,
     ctx = mp.get_context("spawn")  # fork would copy open connections and threads
     counters = [ctx.Value("q", 0) for _ in range(n)]
     sent = ctx.Value("q", 0)  # the budget is shared: a worker takes requests from it as it claims
+    ready = ctx.Value("q", 0)  # workers collecting; until all are, this process runs their slots too
     go, out = ctx.Event(), ctx.Queue()
     procs = [ctx.Process(target=_worker_main, args=(db.url, spec.model_dump_json(), conc[i], budget, counters[i],
-                                                    sent, go, out), daemon=True) for i in range(1, n)]
+                                                    sent, ready, go, out), daemon=True) for i in range(1, n)]
     for p in procs:  # they import while this process plans
         p.start()
     try:
@@ -531,7 +570,8 @@ def _collect_with_workers(db: TrialDB, spec: RunSpec, n: int, *, progress: bool,
         go.set()
         mine = Collector(db, spec.model_copy(update={"concurrency": conc[0]}), progress=progress,
                          max_requests=budget, plan=False, shared_done=counters[0], others_done=counters[1:],
-                         shared_sent=sent)
+                         shared_sent=sent, borrow=spec.concurrency - conc[0],
+                         lenders_ready=lambda: ready.value >= len(procs))
         total = _run_async(mine.run())
         results, errors = [], []
         while len(results) + len(errors) < len(procs):
@@ -557,7 +597,7 @@ def _collect_with_workers(db: TrialDB, spec: RunSpec, n: int, *, progress: bool,
         _add_counts(total, r)
     # what the workers left: e.g. Design A posteriors whose prior another worker wrote last
     left = None if budget is None else max(0, budget - total.sent)
-    if left is None or left > 0:
+    if (left is None or left > 0) and open_trials(db, spec, llm_ids) > 0:
         sweep = _run_async(Collector(db, spec, progress=False, max_requests=left, plan=False).run())
         _add_counts(total, sweep.__dict__)
     total.planned = planned
