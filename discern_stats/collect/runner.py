@@ -38,7 +38,7 @@ from ..interchange import trial_key
 from ..trialdb import TrialDB
 from .parsing import failure_status, parse
 from .providers import build_chat_model, close_chat_model, error_type, http_status, is_retryable
-from .spec import LLMSpec, RunSpec
+from .spec import LLMSpec, RetryPolicy, RunSpec
 
 
 def collector_id() -> str:
@@ -209,7 +209,7 @@ def _redact(text: str, secrets: list[str]) -> str:
 
 
 # ---------------------------------------------------------------- execution
-async def _with_retries(once: Any, r: Any) -> Any:
+async def _with_retries(once: Any, r: RetryPolicy) -> Any:
     """``await once()`` with tenacity's retries (exponential backoff with jitter) on retryable errors.
 
     The first attempt runs outside tenacity, since most requests succeed at once and tenacity's
@@ -238,9 +238,9 @@ class Collector:
                  others_done: list[Any] | None = None, shared_sent: Any = None, borrow: int = 0,
                  lenders_ready: Any = None, ready: Any = None):
         self.db, self.spec = db, spec
-        # worker processes: until ``lenders_ready()`` says the other workers collect, this one runs
-        # ``borrow`` extra slots per LLM (their share of the concurrency), so start-up costs no
-        # throughput; ``ready`` (a multiprocessing.Value) is how a worker says it collects
+        # `workers: N`: until ``lenders_ready()`` says the worker processes collect, the parent runs
+        # ``borrow`` extra slots per LLM (their share of the concurrency), so their start-up costs no
+        # throughput; ``ready`` (a multiprocessing.Value) is how a worker process says it collects
         self.borrow, self.lenders_ready, self.ready = borrow, lenders_ready, ready
         self.plan = plan  # False in worker processes: the parent has planned
         self.shared_done = shared_done  # multiprocessing.Value this collector adds its finished trials to
