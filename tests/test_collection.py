@@ -289,7 +289,7 @@ def test_worker_processes_share_one_plan(sqlite_url):
     design_l2d(db.engine, strategies=("zero-shot", "Reliability"), items=["demo-01", "demo-02"])
     spec = spec_from_dict({"name": "a", "design": "l2d", "concurrency": 4, "workers": 2,
                            "llms": [{"name": "sim", "provider": "synthetic:source-sensitive",
-                                     "extra": {"latency_ms": 150}}]})  # outlasts the worker start-up
+                                     "extra": {"latency_ms": 300}}]})  # outlasts the worker start-up
     r = collect(db, spec, progress=False)
     assert r.planned == 124 and r.done == 124 and r.sent == 124
     _no_duplicates(db, 124)
