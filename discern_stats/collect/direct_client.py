@@ -75,7 +75,8 @@ class DirectChatCompletions:
         headers = {**self._headers, **(payload.pop("extra_headers", None) or {})}
         payload.update(payload.pop("extra_body", None) or {})
         if self._session is None or self._session.closed:  # created inside the running event loop
-            self._session = aiohttp.ClientSession(timeout=self._timeout)
+            # no connection cap of aiohttp's own (100 by default): the collector's slots bound the connections
+            self._session = aiohttp.ClientSession(timeout=self._timeout, connector=aiohttp.TCPConnector(limit=0))
         data = json.dumps(payload).encode()
         try:
             async with self._session.post(self.url, data=data, headers=headers) as resp:
