@@ -51,6 +51,35 @@ def test_each_page_executes(small_demo, page):
     assert not errors
 
 
+def _child_kernels() -> list[int]:
+    """Live ipykernel processes whose parent is this process (Linux /proc)."""
+    import os
+    pids = []
+    for d in Path("/proc").iterdir():
+        if not d.name.isdigit():
+            continue
+        try:
+            ppid = int((d / "stat").read_text().rsplit(")", 1)[1].split()[1])
+            cmd = (d / "cmdline").read_bytes()
+        except (OSError, IndexError, ValueError):
+            continue
+        if ppid == os.getpid() and b"ipykernel" in cmd and (d / "stat").read_text().rsplit(")", 1)[1].split()[0] != "Z":
+            pids.append(int(d.name))
+    return pids
+
+
+@pytest.mark.skipif(not Path("/proc/self/stat").exists(), reason="counts child processes through /proc")
+def test_execute_page_stops_its_kernel(tmp_path):
+    """The fallback renderer starts one kernel per page and stops it when the page is done (nbclient
+    leaves a kernel manager it is given running; the kernels used to outlive the render)."""
+    page = tmp_path / "p.qmd"
+    page.write_text('---\ntitle: "t"\n---\n\n```{python}\nprint(1 + 1)\n```\n')
+    before = set(_child_kernels())
+    meta, nb = execute_page(page, tmp_path)
+    assert nb.cells[-1].outputs[0]["text"].strip() == "2"
+    assert set(_child_kernels()) - before == set()
+
+
 @pytest.fixture(scope="module")
 def rendered(small_demo):
     env, d = small_demo

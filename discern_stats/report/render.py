@@ -13,6 +13,7 @@ import os
 import re
 import shutil
 import subprocess
+import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -75,11 +76,17 @@ def execute_page(path: Path, cwd: Path, env: dict[str, str] | None = None, timeo
     meta, nb = qmd_to_notebook(path)
     old = {k: os.environ.get(k) for k in (env or {})}
     os.environ.update(env or {})
+    # local sockets, not unencrypted TCP; an absolute socket path, since the kernel runs in ``cwd``
+    # and a relative one would point kernel and client at different places
+    sockets = tempfile.TemporaryDirectory(prefix="discern-kernel-")
+    km = KernelManager(kernel_name="python3", transport="ipc", ip=os.path.join(sockets.name, "ipc"))
     try:
-        km = KernelManager(kernel_name="python3", transport="ipc")  # local sockets, not unencrypted TCP
         NotebookClient(nb, km=km, timeout=timeout, kernel_name="python3",
                        resources={"metadata": {"path": str(cwd)}}).execute()
     finally:
+        if km.has_kernel:  # nbclient leaves a kernel manager it was given running: stop the kernel here
+            km.shutdown_kernel(now=True)
+        sockets.cleanup()
         for k, v in old.items():
             if v is None:
                 os.environ.pop(k, None)
