@@ -106,9 +106,11 @@ _KERNEL = None
 
 def _sorted_ties(v: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     """Stable sort order of v and, along it, True on the last row of each tie group."""
-    order = np.argsort(v, kind="mergesort")
-    vs = v[order]
-    return order, np.r_[vs[1:] != vs[:-1], True]
+    from .bootstrap import _tie_groups  # the shared sort; bootstrap imports this module lazily
+    order, starts = _tie_groups(v)
+    end = np.zeros(len(v), np.bool_)
+    end[starts[1:] - 1] = True
+    return order, end
 
 
 def rank_sums(W: np.ndarray, cluster: np.ndarray, x: np.ndarray,
