@@ -81,7 +81,7 @@ class DirectChatCompletions:
         try:
             async with self._session.post(self.url, data=data, headers=headers) as resp:
                 text = await resp.text()
-                status, headers = resp.status, dict(resp.headers)
+                status, resp_headers = resp.status, dict(resp.headers)
         except aiohttp.ClientConnectionError as exc:  # refused, reset, server disconnected
             raise DirectConnectionError(f"{type(exc).__name__}: {exc}") from exc
         if not 200 <= status < 300:
@@ -92,7 +92,7 @@ class DirectChatCompletions:
             raise MalformedResponseError(f"response body is not JSON: {exc}; body starts {text[:200]!r}") from exc
         if not isinstance(body, dict) or not isinstance(body.get("choices"), list):
             raise MalformedResponseError(f"response body has no 'choices' list; body starts {text[:200]!r}")
-        return _RawResponse(body, headers)
+        return _RawResponse(body, resp_headers)
 
     async def aclose(self) -> None:
         if self._session is not None and not self._session.closed:

@@ -162,7 +162,7 @@ def _cluster_spearman_kernel_py(W, size, ix, ox, gx, iys, oys, gys, goff, out): 
     so each y needs a single pass along its sort order. ``ix``/``iys`` are the clusters of the
     rows in x / y sort order, ``size`` the number of rows per cluster. Reference plain-Python
     kernel (tests, and where numba is missing); `spearman_lanes.rank_sums` computes the same sums
-    compiled, 8 resamples per pass.
+    compiled, `spearman_lanes.LANES` resamples per pass.
     """
     n = ox.shape[0]
     n_y = out.shape[1]
