@@ -1,107 +1,185 @@
-"""The compiled kernel behind `bootstrap.cluster_spearman`: many resamples per pass, in SIMD lanes.
+"""The compiled kernel behind `bootstrap.cluster_spearman`: ``LANES`` resamples per pass, as SIMD vectors.
 
 It computes what the plain-Python reference `bootstrap._cluster_spearman_kernel_py` computes (the
-mid-rank sums of the expanded resample, see there), but for ``LANES`` resamples at once: each row
-of the sort order is read once per block of ``LANES`` resamples, and the lanes are independent
-sums that the CPU adds in one vector instruction. The source is written out from a template
-with one scalar per lane (``s0 .. s3``: a line with ``@`` is written once per lane), because
-scalars are what LLVM's SLP vectoriser packs into vector registers; the same loop over a small
-array is left scalar (numba arrays may alias).
+mid-rank sums of the expanded resample, see there), for ``LANES`` resamples at once: each row of
+the sort order is read once per block of ``LANES`` resamples, and every running sum (cumulative
+weight, rank sums, products) is one LLVM vector of ``LANES`` float64, so one instruction updates
+all the resamples of the block. numba's own vectorisers leave this loop scalar (the running sums
+are reset inside a branch at the end of each tie group), so the vectors are explicit: the small
+`numba.extending.intrinsic` functions below (``_vload``, ``_vadd``, ...) emit LLVM vector
+instructions on a ``<LANES x double>`` type, which LLVM splits into the widest registers the CPU
+has (one AVX-512 register holds 8, an AVX2 register 4; the code is the same on every x86 or ARM).
+
+Layout: the resample counts of a block sit together, ``Wf[(block * K + cluster) * LANES + lane]``,
+so the weights of one cluster for the whole block are one contiguous vector load; the x rank of
+each x tie group is stored the same way.
 
 Exactness: weights, rank sums and centred ranks are integers or half-integers, exact in float64;
-the products are summed in float64 in a different order than the reference (``reassoc``), which
-changes rho by ~1e-16 at most. ``nnan``/``ninf`` fast-math flags are not used: rho's division
-is done afterwards in numpy, where a zero variance gives NaN.
+products may be contracted into fused multiply-adds (the only fast-math flag used), which can
+change rho by ~1e-16 at most. rho's division is done afterwards in numpy, where a zero variance
+gives NaN.
 """
 
 from __future__ import annotations
 
+import os
+from concurrent.futures import ThreadPoolExecutor
+
 import numba
 import numpy as np
+from llvmlite import ir
+from numba import types
+from numba.extending import intrinsic, models, register_model
 
-LANES = 4  # resamples per pass (4 float64 = one AVX2 register); 8 and 16 were slower here (register spills)
+LANES = 16  # resamples per pass: 2 AVX-512 registers per running sum (8 and 32 were slower here)
 
-_TEMPLATE = """
-def lanes_serial(Wt, b0, b1, size, ix, xend, iys, pys, yend, sxx, syy, sxy, a):
-    K = Wt.shape[0]
+_FLAGS = ("contract",)
+
+
+class F64Vector(types.Type):
+    """numba type of an LLVM ``<n x double>`` value (kept in vector registers)."""
+
+    def __init__(self, n: int) -> None:
+        self.n = n
+        super().__init__(name=f"f64x{n}")
+
+
+@register_model(F64Vector)
+class _F64VectorModel(models.PrimitiveModel):
+    def __init__(self, dmm, fe_type) -> None:  # noqa: ANN001
+        super().__init__(dmm, fe_type, ir.VectorType(ir.DoubleType(), fe_type.n))
+
+
+_VEC = F64Vector(LANES)
+_LLVM_VEC = ir.VectorType(ir.DoubleType(), LANES)
+
+
+def _vector_pointer(context, builder, array_type, array, offset):  # noqa: ANN001, ANN202
+    data = context.make_array(array_type)(context, builder, array).data
+    return builder.bitcast(builder.gep(data, [offset]), _LLVM_VEC.as_pointer())
+
+
+@intrinsic
+def _vload(typingctx, array, offset):  # noqa: ANN001, ANN202
+    """array[offset : offset + LANES] (float64, C-contiguous 1-D) as one vector."""
+    def codegen(context, builder, sig, args):  # noqa: ANN001, ANN202
+        return builder.load(_vector_pointer(context, builder, sig.args[0], args[0], args[1]), align=8)
+    return _VEC(array, offset), codegen
+
+
+@intrinsic
+def _vstore(typingctx, array, offset, vec):  # noqa: ANN001, ANN202
+    """array[offset : offset + LANES] = vec."""
+    def codegen(context, builder, sig, args):  # noqa: ANN001, ANN202
+        builder.store(args[2], _vector_pointer(context, builder, sig.args[0], args[0], args[1]), align=8)
+        return context.get_dummy_value()
+    return types.void(array, offset, vec), codegen
+
+
+@intrinsic
+def _vsplat(typingctx, x):  # noqa: ANN001, ANN202
+    """A vector with every lane equal to the scalar x."""
+    def codegen(context, builder, sig, args):  # noqa: ANN001, ANN202
+        x = context.cast(builder, args[0], sig.args[0], types.float64)
+        undef = ir.Constant(_LLVM_VEC, ir.Undefined)
+        v = builder.insert_element(undef, x, ir.Constant(ir.IntType(32), 0))
+        return builder.shuffle_vector(v, undef, ir.Constant(ir.VectorType(ir.IntType(32), LANES), [0] * LANES))
+    return _VEC(x), codegen
+
+
+def _binary(op: str):  # noqa: ANN202
+    @intrinsic
+    def vector_op(typingctx, a, b):  # noqa: ANN001, ANN202
+        def codegen(context, builder, sig, args):  # noqa: ANN001, ANN202
+            return getattr(builder, op)(args[0], args[1], flags=_FLAGS)
+        return _VEC(a, b), codegen
+    return vector_op
+
+
+_vadd, _vsub, _vmul = _binary("fadd"), _binary("fsub"), _binary("fmul")
+
+
+@numba.njit(boundscheck=False, nogil=True, cache=True)
+def _blocks_serial(Wf, blk0, blk1, size, ix, xend, iys, pys, yend, sxx, syy, sxy, a):  # noqa: ANN001, ANN202
+    """Rank sums for resample blocks blk0 .. blk1 - 1 (see `rank_sums`); ``a`` is scratch space for
+    the centred x rank of each x tie group (n_groups * LANES)."""
     n_y = iys.shape[0]
     n = iys.shape[1]
-    for bb in range(b0, b1, LANES):
-        wb = Wt[:, bb:bb + LANES]
-        m@ = 0.0
+    K = size.shape[0]
+    Bp = sxx.shape[0]
+    half = _vsplat(0.5)
+    zero = _vsplat(0.0)
+    for blk in range(blk0, blk1):
+        base = blk * K * LANES
+        bb = blk * LANES
+        total = zero  # N = expanded rows of each resample; mean rank m = (N + 1) / 2
         for c in range(K):
-            m@ += wb[c, @] * size[c]
-        m@ = (m@ + 1.0) * 0.5
-        be@ = 0.0
-        xx@ = 0.0
-        s@ = 0.0
+            total = _vadd(total, _vmul(_vload(Wf, base + c * LANES), _vsplat(size[c])))
+        start = _vsub(half, _vmul(_vadd(total, _vsplat(1.0)), half))  # 0.5 - m: centred rank = start + before + s / 2
+        before = start
+        xx = zero
+        s = zero
         g = 0
-        for k in range(n):
-            c = ix[k]
-            s@ += wb[c, @]
+        for k in range(n):  # x sort order: centred rank of each x tie group, and S_xx
+            s = _vadd(s, _vload(Wf, base + ix[k] * LANES))
             if xend[k]:
-                r@ = be@ + (s@ + 1.0) * 0.5 - m@
-                be@ += s@
-                xx@ += s@ * r@ * r@
-                a[g, @] = r@
-                s@ = 0.0
+                r = _vadd(before, _vmul(s, half))
+                before = _vadd(before, s)
+                xx = _vadd(xx, _vmul(s, _vmul(r, r)))
+                _vstore(a, g * LANES, r)
+                s = zero
                 g += 1
-        sxx[bb + @] = xx@
-        for j in range(n_y):
-            be@ = 0.0
-            yy@ = 0.0
-            xy@ = 0.0
-            s@ = 0.0
-            t@ = 0.0
+        _vstore(sxx, bb, xx)
+        for j in range(n_y):  # each y sort order: S_yy and S_xy
+            before = start
+            yy = zero
+            xy = zero
+            s = zero
+            t = zero
             for k in range(n):
-                c = iys[j, k]
-                p = pys[j, k]
-                s@ += wb[c, @]
-                t@ += wb[c, @] * a[p, @]
+                w = _vload(Wf, base + iys[j, k] * LANES)
+                s = _vadd(s, w)
+                t = _vadd(t, _vmul(w, _vload(a, pys[j, k] * LANES)))
                 if yend[j, k]:
-                    r@ = be@ + (s@ + 1.0) * 0.5 - m@
-                    be@ += s@
-                    yy@ += s@ * r@ * r@
-                    xy@ += r@ * t@
-                    s@ = 0.0
-                    t@ = 0.0
-            syy[bb + @, j] = yy@
-            sxy[bb + @, j] = xy@
-"""
+                    r = _vadd(before, _vmul(s, half))
+                    before = _vadd(before, s)
+                    yy = _vadd(yy, _vmul(s, _vmul(r, r)))
+                    xy = _vadd(xy, _vmul(r, t))
+                    s = zero
+                    t = zero
+            _vstore(syy, j * Bp + bb, yy)
+            _vstore(sxy, j * Bp + bb, xy)
 
 
-def _lane_source(lanes: int) -> str:
-    """The template with each line that holds ``@`` written once per lane (``@`` -> 0, 1, ...)."""
-    out = []
-    for line in _TEMPLATE.splitlines():
-        if "@" in line:
-            out.extend(line.replace("@", str(q)) for q in range(lanes))
-        else:
-            out.append(line.replace("LANES", str(lanes)))
-    return "\n".join(out) + "\n"
+def _run_blocks(Wf, size, ix, xend, iys, pys, yend, sxx, syy, sxy, n_groups):  # noqa: ANN001, ANN202
+    """`_blocks_serial` over all resample blocks, in chunks run by numba's thread count of threads (the
+    kernel releases the GIL); four chunks per thread even out the threads' finishing times."""
+    n_blocks = sxx.shape[0] // LANES
+    n_threads = max(1, min(n_blocks, numba.get_num_threads()))
+    bounds = np.linspace(0, n_blocks, min(n_blocks, 4 * n_threads) + 1).round().astype(int)
+
+    def chunk(lo: int, hi: int) -> None:
+        _blocks_serial(Wf, lo, hi, size, ix, xend, iys, pys, yend, sxx, syy, sxy, np.empty(n_groups * LANES))
+
+    if n_threads == 1:
+        chunk(0, n_blocks)
+        return
+    pool = _thread_pool(n_threads)
+    for f in [pool.submit(chunk, int(lo), int(hi)) for lo, hi in zip(bounds[:-1], bounds[1:])]:
+        f.result()
 
 
-def _compile():  # noqa: ANN202
-    ns: dict = {}
-    exec(compile(_lane_source(LANES), "<spearman_lanes>", "exec"), ns)  # noqa: S102 - our own template
-    serial = numba.njit(fastmath={"reassoc", "contract"})(ns["lanes_serial"])
-
-    @numba.njit(parallel=True)
-    def lanes(Wt, size, ix, xend, iys, pys, yend, sxx, syy, sxy, n_groups):  # noqa: ANN001, ANN202
-        n_blocks = Wt.shape[1] // LANES
-        n_chunks = max(1, min(n_blocks, numba.get_num_threads() * 4))
-        step = (n_blocks + n_chunks - 1) // n_chunks
-        for ch in numba.prange(n_chunks):
-            lo = ch * step * LANES
-            hi = min(Wt.shape[1], lo + step * LANES)
-            if lo < hi:
-                a = np.empty((n_groups, LANES))  # centred rank of each x tie group, per lane
-                serial(Wt, lo, hi, size, ix, xend, iys, pys, yend, sxx, syy, sxy, a)
-
-    return lanes
+_POOL: dict[tuple[int, int], ThreadPoolExecutor] = {}
 
 
-_KERNEL = None
+def _thread_pool(n_threads: int) -> ThreadPoolExecutor:
+    """One pool per (process, thread count), made on first use: a forked child makes its own (the
+    parent's threads do not exist in the child)."""
+    key = (os.getpid(), n_threads)
+    if key not in _POOL:
+        _POOL.clear()
+        _POOL[key] = ThreadPoolExecutor(n_threads, thread_name_prefix="spearman_lanes")
+    return _POOL[key]
 
 
 def _sorted_ties(v: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
@@ -118,11 +196,8 @@ def rank_sums(W: np.ndarray, cluster: np.ndarray, x: np.ndarray,
     """(S_xx (B,), S_yy (B, n_y), S_xy (B, n_y)): sums of products of the centred mid-ranks of x and
     each y on every expanded resample (row i repeated ``W[b, cluster[i]]`` times); Spearman's rho is
     S_xy / sqrt(S_xx S_yy). The x ranks are kept per x tie group, so ties in x shrink the working set.
-    Compiled on first use (a few seconds).
+    Compiled on first use and cached on disk by numba.
     """
-    global _KERNEL
-    if _KERNEL is None:
-        _KERNEL = _compile()
     cluster = np.asarray(cluster, np.int64)
     ox, xend = _sorted_ties(np.asarray(x, float))
     xgroup = np.empty(len(ox), np.int32)
@@ -131,11 +206,14 @@ def rank_sums(W: np.ndarray, cluster: np.ndarray, x: np.ndarray,
     oys = np.vstack([o for o, _ in sorted_ys]) if ys else np.empty((0, len(ox)), np.int64)
     yend = np.vstack([e for _, e in sorted_ys]) if ys else np.empty((0, len(ox)), np.bool_)
     B, K = W.shape
-    Bp = -(-B // LANES) * LANES
-    Wt = np.zeros((K, Bp))
-    Wt[:, :B] = W.T  # padding resamples have weight 0: their sums are 0 and are cut off below
+    n_blocks = -(-B // LANES)
+    Bp = n_blocks * LANES
+    padded = np.zeros((Bp, K))
+    padded[:B] = W  # padding resamples have weight 0: their sums are 0 and are cut off below
+    Wf = np.ascontiguousarray(padded.reshape(n_blocks, LANES, K).transpose(0, 2, 1)).ravel()
     size = np.bincount(cluster, minlength=K).astype(np.float64)
-    sxx, syy, sxy = np.empty(Bp), np.empty((Bp, len(ys))), np.empty((Bp, len(ys)))
-    _KERNEL(Wt, size, cluster[ox].astype(np.int32), xend, cluster[oys].astype(np.int32), xgroup[oys], yend,
-            sxx, syy, sxy, int(xend.sum()))
-    return sxx[:B], syy[:B], sxy[:B]
+    n_y = len(ys)
+    sxx, syy, sxy = np.empty(Bp), np.empty(n_y * Bp), np.empty(n_y * Bp)
+    _run_blocks(Wf, size, cluster[ox].astype(np.int32), xend, cluster[oys].astype(np.int32), xgroup[oys], yend,
+                sxx, syy, sxy, int(xend.sum()))
+    return sxx[:B], syy.reshape(n_y, Bp).T[:B], sxy.reshape(n_y, Bp).T[:B]
