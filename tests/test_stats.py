@@ -136,16 +136,21 @@ def test_cluster_spearman_equals_spearman_on_expanded_resample():
     ys[2] = -x
     W[B - 1] = 0
     W[B - 1, 0] = n_cl
-    got = cluster_spearman(x, ys, clusters, W)
-    assert got.shape == (B, 3)
-    assert np.isnan(got[B - 1]).all()
-    for b in range(B - 1):
+    got = cluster_spearman(x, ys, clusters, W, pair=(0, 1))  # + rho(y_0, y_1) in the same pass
+    assert got.shape == (B, 4)
+    assert np.isnan(got[B - 1, :3]).all()
+    for b in range(B):
         rep = np.repeat(np.arange(n), W[b, clusters].astype(int))
-        for k, y in enumerate(ys):
-            assert got[b, k] == pytest.approx(sps.spearmanr(x[rep], y[rep]).statistic, abs=1e-9)
+        if b < B - 1:
+            for k, y in enumerate(ys):
+                assert got[b, k] == pytest.approx(sps.spearmanr(x[rep], y[rep]).statistic, abs=1e-9)
+        assert got[b, 3] == pytest.approx(sps.spearmanr(ys[0][rep], ys[1][rep]).statistic, abs=1e-9)
+    assert np.array_equal(cluster_spearman(x, ys, clusters, W), got[:, :3], equal_nan=True)
     # the plain-Python reference kernel (one resample at a time) gives the same numbers
-    ref = bs._cluster_spearman_reference(x, ys, clusters, W)
+    ref = bs._cluster_spearman_reference(x, ys, clusters, W, pair=(0, 1))
     assert np.allclose(ref, got, atol=1e-12, equal_nan=True)
+    with pytest.raises(ValueError, match="pair must be"):
+        cluster_spearman(x, ys, clusters, W, pair=(1, 0))
 
 
 def sim_cue(n_worlds=60, effect=0.3, seed=0, base=0.4, llms=("m",), interventions=("C0",), iv_effect=None):

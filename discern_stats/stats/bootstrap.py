@@ -46,8 +46,32 @@ def ratio(W: np.ndarray, num: np.ndarray, den: np.ndarray) -> np.ndarray:
 
 
 def jackknife_ratio(num: np.ndarray, den: np.ndarray) -> np.ndarray:
+    """Leave-one-cluster-out values of sum(num) / sum(den); one column per ratio for 2-D input."""
     with np.errstate(invalid="ignore", divide="ignore"):
-        return (num.sum() - num) / (den.sum() - den)
+        return (num.sum(axis=0) - num) / (den.sum(axis=0) - den)
+
+
+def with_all_once(W: np.ndarray | None, n_clusters: int) -> np.ndarray:
+    """``W`` with a first row of ones, the resample that holds every cluster once: a statistic on it is
+    the point estimate, so one kernel pass gives the estimate and the bootstrap values
+    (``out[0]`` and ``out[1:]``). ``W`` None gives the single row of ones. Kept (read-only) for a
+    read-only ``W``, such as the shared matrices of `resample_counts`."""
+    if W is None:
+        return np.ones((1, n_clusters))
+    key = id(W)
+    hit = _WITH_ALL_ONCE.get(key)
+    if hit is not None and hit[0] is W:
+        return hit[1]
+    out = np.vstack([np.ones((1, W.shape[1])), W])
+    if not W.flags.writeable:
+        out.flags.writeable = False
+        if len(_WITH_ALL_ONCE) >= 8:
+            _WITH_ALL_ONCE.pop(next(iter(_WITH_ALL_ONCE)))
+        _WITH_ALL_ONCE[key] = (W, out)
+    return out
+
+
+_WITH_ALL_ONCE: dict[int, tuple[np.ndarray, np.ndarray]] = {}
 
 
 @dataclass
@@ -203,7 +227,8 @@ def _cluster_spearman_kernel_py(W, size, ix, ox, gx, iys, oys, gys, goff, out): 
             out[b, j] = sxy / den if den > 0 else np.nan
 
 
-def cluster_spearman(x: np.ndarray, ys: list[np.ndarray], cluster: np.ndarray, W: np.ndarray) -> np.ndarray:
+def cluster_spearman(x: np.ndarray, ys: list[np.ndarray], cluster: np.ndarray, W: np.ndarray,
+                     pair: tuple[int, int] | None = None) -> np.ndarray:
     """Spearman's rho(x, y_k) on every cluster-bootstrap resample, for several y at once.
 
     ``cluster[i]`` is the cluster (e.g. item) of row i; ``W`` is the (B x n_clusters) count matrix
@@ -211,6 +236,7 @@ def cluster_spearman(x: np.ndarray, ys: list[np.ndarray], cluster: np.ndarray, W
     (B x len(ys)) array equal to ``scipy.stats.spearmanr`` on each expanded resample (the same
     values as `weighted_spearman`), in O(n) per resample with no (B x n) matrix: the sort orders
     and tie groups are computed once, and each resample only accumulates weights along them.
+    ``pair=(i, j)`` (i < j) appends a column, rho(y_i, y_j), computed in the same pass.
     """
     x = np.asarray(x, float)
     cluster = np.asarray(cluster, np.int64)
@@ -218,16 +244,24 @@ def cluster_spearman(x: np.ndarray, ys: list[np.ndarray], cluster: np.ndarray, W
     try:
         from .spearman_lanes import rank_sums
     except ImportError:  # pragma: no cover - numba is a dependency; the reference kernel is slow but exact
-        return _cluster_spearman_reference(x, ys, cluster, W)
-    sxx, syy, sxy = rank_sums(W, cluster, x, ys)
+        return _cluster_spearman_reference(x, ys, cluster, W, pair)
+    sums = rank_sums(W, cluster, x, ys, pair)
+    sxx, syy, sxy = sums[:3]
     with np.errstate(invalid="ignore", divide="ignore"):
-        den = np.sqrt(sxx[:, None] * syy)
-        return np.where(den > 0, sxy / np.where(den > 0, den, 1.0), np.nan)
+        num, den = sxy, np.sqrt(sxx[:, None] * syy)
+        if pair is not None:
+            num = np.column_stack([num, sums[3]])
+            den = np.column_stack([den, np.sqrt(syy[:, pair[0]] * syy[:, pair[1]])])
+        return np.where(den > 0, num / np.where(den > 0, den, 1.0), np.nan)
 
 
 def _cluster_spearman_reference(x: np.ndarray, ys: list[np.ndarray], cluster: np.ndarray,
-                                W: np.ndarray) -> np.ndarray:
+                                W: np.ndarray, pair: tuple[int, int] | None = None) -> np.ndarray:
     """`cluster_spearman` through the plain-Python reference kernel (one resample at a time)."""
+    if pair is not None:
+        i, j = pair
+        return np.column_stack([_cluster_spearman_reference(x, ys, cluster, W),
+                                _cluster_spearman_reference(np.asarray(ys[i], float), [ys[j]], cluster, W)])
     ox, gx = _tie_groups(x)
     ty = [_tie_groups(np.asarray(y, float)) for y in ys]
     oys = np.vstack([o for o, _ in ty]) if ty else np.empty((0, len(x)), np.int32)

@@ -100,9 +100,21 @@ _vadd, _vsub, _vmul = _binary("fadd"), _binary("fsub"), _binary("fmul")
 
 
 @numba.njit(boundscheck=False, nogil=True, cache=True)
-def _blocks_serial(Wf, blk0, blk1, size, ix, xend, iys, pys, yend, sxx, syy, sxy, a):  # noqa: ANN001, ANN202
+def _blocks_serial(Wf, blk0, blk1, size, ix, xend, iys, pys, ykind, ysingle, sxx, syy, sxy,  # noqa: ANN001, ANN202
+                   a, store_j, gather_j, pys2, s12, a2):
     """Rank sums for resample blocks blk0 .. blk1 - 1 (see `rank_sums`); ``a`` is scratch space for
-    the centred x rank of each x tie group (n_groups * LANES)."""
+    the centred x rank of each x tie group (n_groups * LANES).
+
+    y passes: ``ykind`` marks each row of a y order as inside a tie group of several rows (0), the
+    last row of such a group (1), or a group of its own (2, the common case: 4 vector operations).
+    S_yy comes from the tie identity sum_g s_g (r_g - m)^2 = (N^3 - sum_g s_g^3) / 12 (s_g: weight of
+    tie group g, N the total), where the rows that are a group of their own add W_c^3 each,
+    summed per cluster beforehand (``ysingle[j, c]``: such rows of y_j in cluster c); ``syy``
+    receives N^3 - sum_g s_g^3 (divided by 12 afterwards).
+
+    The extra pair: y ``store_j`` keeps its centred ranks per tie group in ``a2`` and y
+    ``gather_j`` (a later one) sums them with its own ranks into ``s12`` (``pys2``: the store_j tie
+    group of each row in gather_j order); -1: no pair."""
     n_y = iys.shape[0]
     n = iys.shape[1]
     K = size.shape[0]
@@ -116,6 +128,7 @@ def _blocks_serial(Wf, blk0, blk1, size, ix, xend, iys, pys, yend, sxx, syy, sxy
         for c in range(K):
             total = _vadd(total, _vmul(_vload(Wf, base + c * LANES), _vsplat(size[c])))
         start = _vsub(half, _vmul(_vadd(total, _vsplat(1.0)), half))  # 0.5 - m: centred rank = start + before + s / 2
+        cube = _vmul(total, _vmul(total, total))
         before = start
         xx = zero
         s = zero
@@ -131,27 +144,73 @@ def _blocks_serial(Wf, blk0, blk1, size, ix, xend, iys, pys, yend, sxx, syy, sxy
                 g += 1
         _vstore(sxx, bb, xx)
         for j in range(n_y):  # each y sort order: S_yy and S_xy
+            singles = zero  # sum over rows that are a tie group of their own of w^3
+            for c in range(K):
+                w = _vload(Wf, base + c * LANES)
+                singles = _vadd(singles, _vmul(_vsplat(ysingle[j, c]), _vmul(w, _vmul(w, w))))
             before = start
-            yy = zero
+            cubes = zero
             xy = zero
             s = zero
             t = zero
-            for k in range(n):
-                w = _vload(Wf, base + iys[j, k] * LANES)
-                s = _vadd(s, w)
-                t = _vadd(t, _vmul(w, _vload(a, pys[j, k] * LANES)))
-                if yend[j, k]:
-                    r = _vadd(before, _vmul(s, half))
-                    before = _vadd(before, s)
-                    yy = _vadd(yy, _vmul(s, _vmul(r, r)))
-                    xy = _vadd(xy, _vmul(r, t))
-                    s = zero
-                    t = zero
-            _vstore(syy, j * Bp + bb, yy)
+            if j == gather_j:  # also the extra pair's S (ranks of y store_j, kept in a2)
+                x2 = zero
+                t2 = zero
+                for k in range(n):
+                    w = _vload(Wf, base + iys[j, k] * LANES)
+                    u = _vmul(w, _vload(a, pys[j, k] * LANES))
+                    u2 = _vmul(w, _vload(a2, pys2[k] * LANES))
+                    kind = ykind[j, k]
+                    if kind == 2:
+                        r = _vadd(before, _vmul(w, half))
+                        xy = _vadd(xy, _vmul(r, u))
+                        x2 = _vadd(x2, _vmul(r, u2))
+                        before = _vadd(before, w)
+                    else:
+                        s = _vadd(s, w)
+                        t = _vadd(t, u)
+                        t2 = _vadd(t2, u2)
+                        if kind == 1:
+                            r = _vadd(before, _vmul(s, half))
+                            xy = _vadd(xy, _vmul(r, t))
+                            x2 = _vadd(x2, _vmul(r, t2))
+                            before = _vadd(before, s)
+                            cubes = _vadd(cubes, _vmul(s, _vmul(s, s)))
+                            s = zero
+                            t = zero
+                            t2 = zero
+                _vstore(s12, bb, x2)
+            else:
+                keep = j == store_j
+                g = 0
+                for k in range(n):
+                    w = _vload(Wf, base + iys[j, k] * LANES)
+                    u = _vmul(w, _vload(a, pys[j, k] * LANES))
+                    kind = ykind[j, k]
+                    if kind == 2:
+                        r = _vadd(before, _vmul(w, half))
+                        xy = _vadd(xy, _vmul(r, u))
+                        before = _vadd(before, w)
+                    else:
+                        s = _vadd(s, w)
+                        t = _vadd(t, u)
+                        if kind != 1:
+                            continue
+                        r = _vadd(before, _vmul(s, half))
+                        xy = _vadd(xy, _vmul(r, t))
+                        before = _vadd(before, s)
+                        cubes = _vadd(cubes, _vmul(s, _vmul(s, s)))
+                        s = zero
+                        t = zero
+                    if keep:
+                        _vstore(a2, g * LANES, r)
+                    g += 1
+            _vstore(syy, j * Bp + bb, _vsub(_vsub(cube, singles), cubes))
             _vstore(sxy, j * Bp + bb, xy)
 
 
-def _run_blocks(Wf, size, ix, xend, iys, pys, yend, sxx, syy, sxy, n_groups):  # noqa: ANN001, ANN202
+def _run_blocks(Wf, size, ix, xend, iys, pys, ykind, ysingle, sxx, syy, sxy, n_groups,  # noqa: ANN001, ANN202
+                store_j, gather_j, pys2, s12, n_groups2):
     """`_blocks_serial` over all resample blocks, in chunks run by numba's thread count of threads (the
     kernel releases the GIL); four chunks per thread even out the threads' finishing times."""
     n_blocks = sxx.shape[0] // LANES
@@ -159,7 +218,8 @@ def _run_blocks(Wf, size, ix, xend, iys, pys, yend, sxx, syy, sxy, n_groups):  #
     bounds = np.linspace(0, n_blocks, min(n_blocks, 4 * n_threads) + 1).round().astype(int)
 
     def chunk(lo: int, hi: int) -> None:
-        _blocks_serial(Wf, lo, hi, size, ix, xend, iys, pys, yend, sxx, syy, sxy, np.empty(n_groups * LANES))
+        _blocks_serial(Wf, lo, hi, size, ix, xend, iys, pys, ykind, ysingle, sxx, syy, sxy, np.empty(n_groups * LANES),
+                       store_j, gather_j, pys2, s12, np.empty(n_groups2 * LANES))
 
     if n_threads == 1:
         chunk(0, n_blocks)
@@ -191,29 +251,73 @@ def _sorted_ties(v: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     return order, end
 
 
-def rank_sums(W: np.ndarray, cluster: np.ndarray, x: np.ndarray,
-              ys: list[np.ndarray]) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+def _block_layout(W: np.ndarray) -> np.ndarray:
+    """W (B x K) as the kernel reads it: ``Wf[(block * K + cluster) * LANES + lane]``, B padded up to a
+    multiple of LANES with resamples of weight 0 (their sums are 0 and are cut off). Kept for a
+    read-only W (the shared matrices of `bootstrap.resample_counts` are), since every group with the
+    same cluster count uses the same one."""
+    hit = _LAYOUTS.get(id(W))
+    if hit is not None and hit[0] is W:
+        return hit[1]
+    B, K = W.shape
+    n_blocks = -(-B // LANES)
+    padded = np.zeros((n_blocks * LANES, K))
+    padded[:B] = W
+    Wf = np.ascontiguousarray(padded.reshape(n_blocks, LANES, K).transpose(0, 2, 1)).ravel()
+    if not W.flags.writeable:
+        if len(_LAYOUTS) >= 8:
+            _LAYOUTS.pop(next(iter(_LAYOUTS)))
+        _LAYOUTS[id(W)] = (W, Wf)
+    return Wf
+
+
+_LAYOUTS: dict[int, tuple[np.ndarray, np.ndarray]] = {}
+
+
+def rank_sums(W: np.ndarray, cluster: np.ndarray, x: np.ndarray, ys: list[np.ndarray],
+              pair: tuple[int, int] | None = None) -> tuple[np.ndarray, ...]:
     """(S_xx (B,), S_yy (B, n_y), S_xy (B, n_y)): sums of products of the centred mid-ranks of x and
     each y on every expanded resample (row i repeated ``W[b, cluster[i]]`` times); Spearman's rho is
     S_xy / sqrt(S_xx S_yy). The x ranks are kept per x tie group, so ties in x shrink the working set.
-    Compiled on first use and cached on disk by numba.
+    ``pair=(i, j)``, i < j, adds a fourth array, S_{y_i y_j} (B,), the same sum for y_i and y_j,
+    computed in the pass of y_j. Compiled on first use and cached on disk by numba.
     """
     cluster = np.asarray(cluster, np.int64)
     ox, xend = _sorted_ties(np.asarray(x, float))
-    xgroup = np.empty(len(ox), np.int32)
-    xgroup[ox] = np.cumsum(np.r_[False, xend[:-1]])  # row -> its x tie group (0, 1, ... in x order)
+    xgroup = _group_of_row(ox, xend)
     sorted_ys = [_sorted_ties(np.asarray(y, float)) for y in ys]
     oys = np.vstack([o for o, _ in sorted_ys]) if ys else np.empty((0, len(ox)), np.int64)
     yend = np.vstack([e for _, e in sorted_ys]) if ys else np.empty((0, len(ox)), np.bool_)
+    store_j, gather_j = pair if pair is not None else (-1, -1)
+    if pair is not None and not 0 <= store_j < gather_j < len(ys):
+        raise ValueError(f"pair must be (i, j) with 0 <= i < j < {len(ys)}, got {pair}")
+    if pair is not None:
+        pys2 = _group_of_row(*sorted_ys[store_j])[oys[gather_j]]
+        n_groups2 = int(sorted_ys[store_j][1].sum())
+    else:
+        pys2, n_groups2 = np.zeros(0, np.int32), 0
     B, K = W.shape
-    n_blocks = -(-B // LANES)
-    Bp = n_blocks * LANES
-    padded = np.zeros((Bp, K))
-    padded[:B] = W  # padding resamples have weight 0: their sums are 0 and are cut off below
-    Wf = np.ascontiguousarray(padded.reshape(n_blocks, LANES, K).transpose(0, 2, 1)).ravel()
+    Wf = _block_layout(W)
+    Bp = len(Wf) // K
     size = np.bincount(cluster, minlength=K).astype(np.float64)
     n_y = len(ys)
-    sxx, syy, sxy = np.empty(Bp), np.empty(n_y * Bp), np.empty(n_y * Bp)
-    _run_blocks(Wf, size, cluster[ox].astype(np.int32), xend, cluster[oys].astype(np.int32), xgroup[oys], yend,
-                sxx, syy, sxy, int(xend.sum()))
-    return sxx[:B], syy.reshape(n_y, Bp).T[:B], sxy.reshape(n_y, Bp).T[:B]
+    sxx, syy, sxy, s12 = np.empty(Bp), np.empty(n_y * Bp), np.empty(n_y * Bp), np.empty(Bp)
+    # each row of a y order: 0 inside a tie group of several rows, 1 its last row, 2 a group of its own
+    ystart = np.ones_like(yend)
+    ystart[:, 1:] = yend[:, :-1]
+    ykind = np.where(ystart & yend, 2, yend.astype(np.int8)).astype(np.int8)
+    iys = cluster[oys].astype(np.int32)
+    ysingle = np.zeros((n_y, K))
+    for j in range(n_y):
+        ysingle[j] = np.bincount(iys[j][ykind[j] == 2], minlength=K)
+    _run_blocks(Wf, size, cluster[ox].astype(np.int32), xend, iys, xgroup[oys], ykind, ysingle,
+                sxx, syy, sxy, int(xend.sum()), store_j, gather_j, pys2, s12, n_groups2)
+    out = (sxx[:B], syy.reshape(n_y, Bp).T[:B] / 12.0, sxy.reshape(n_y, Bp).T[:B])
+    return out + (s12[:B],) if pair is not None else out
+
+
+def _group_of_row(order: np.ndarray, end: np.ndarray) -> np.ndarray:
+    """Row -> its tie group (0, 1, ... along the sort order), from `_sorted_ties`."""
+    group = np.empty(len(order), np.int32)
+    group[order] = np.cumsum(np.r_[False, end[:-1]])
+    return group
