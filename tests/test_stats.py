@@ -68,6 +68,37 @@ def test_l2d_metrics_match_independent_computations():
                                                 "Inappropriate Update", "Sycophantic Cave"]) == pytest.approx(1)
 
 
+def test_rated_reliability_rhos_in_one_pass_or_two():
+    """rho(R_hat, R) and rho(Delta, R_hat) against scipy on the rows where R_hat is given. For m1
+    every row has R_hat, so rho(R_hat, R) is computed in the pass of R_hat (the kernel's extra pair);
+    for m2 some R_hat are missing, so it gets a pass of its own. The pair's bootstrap values are the
+    same as from a separate call."""
+    from discern_stats.stats import l2d as l2d_mod
+    df = sim_l2d(seed=3)
+    rng = np.random.default_rng(4)
+    df["rated_reliability"] = (df.reliability + rng.normal(0, 0.3, len(df))).round(1)
+    df.loc[(df.llm == "m2") & (rng.random(len(df)) < 0.2), "rated_reliability"] = np.nan
+    m = l2d_metrics(df, n_resamples=300)
+    for llm in ["m1", "m2"]:
+        d = prepare(df[df.llm == llm])
+        d = d[d.rated_reliability.notna()]
+        got = m[(m.llm == llm) & (m.strategy == "zero-shot")].set_index("metric")
+        assert got.loc["rho_rhat_R", "estimate"] == pytest.approx(
+            sps.spearmanr(d.rated_reliability, d.reliability).statistic, abs=1e-9)
+        assert got.loc["rho_delta_rhat", "estimate"] == pytest.approx(
+            sps.spearmanr(d.delta, d.rated_reliability).statistic, abs=1e-9)
+        assert got.loc["rho_rhat_R", "lo"] < got.loc["rho_rhat_R", "estimate"] < got.loc["rho_rhat_R", "hi"]
+    d = prepare(df[df.llm == "m1"])
+    idx, n_cl = l2d_mod._cluster_index(d)
+    W = resample_counts(n_cl, 300, 0)
+    rh, rel = d.rated_reliability.to_numpy(), d.reliability.to_numpy()
+    fused = l2d_mod._rho_rows(["SD", "rho_delta_rhat"], d.delta.to_numpy(), [rel, rh], W, idx, n_cl, 0.95,
+                              "percentile", pair=("rho_rhat_R", 1, 0))
+    alone = l2d_mod._rho_rows(["rho_rhat_R"], rh, [rel], W, idx, n_cl, 0.95, "percentile")[0]
+    for key in ("estimate", "lo", "hi", "p_value"):
+        assert fused[2][key] == pytest.approx(alone[key], abs=1e-12)
+
+
 def test_fenwick_python_and_compiled_agree_with_ties():
     rng = np.random.default_rng(5)
     g = rng.integers(0, 30, 400)
