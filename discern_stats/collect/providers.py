@@ -60,13 +60,13 @@ def build_chat_model(spec: LLMSpec, run: RunSpec, *, knowledge: dict[str, float]
             # transport (BENCHMARKS.md); owned by the collector, which closes it
             import openai
             kw["http_async_client"] = openai.DefaultAioHttpClient(timeout=run.timeout_s)
-        model = ChatOpenAI(**kw, **spec.extra, **common)
-        if spec.http_client == "direct":
-            # LangChain builds the payload and reads the response; the HTTP call is a plain aiohttp
-            # POST, without the openai SDK's request layers (collect/direct_client.py)
-            from .direct_client import DirectChatCompletions
-            model.async_client = DirectChatCompletions(spec.base_url or "https://api.openai.com/v1", key,
-                                                       run.timeout_s)
+        if spec.http_client != "direct":
+            return ChatOpenAI(**kw, **spec.extra, **common)
+        # LangChain builds the payload and reads the response; the HTTP call is a plain aiohttp
+        # POST, without the openai SDK's request layers (collect/direct_client.py)
+        from .direct_client import DirectChatCompletions, DirectChatOpenAI
+        model = DirectChatOpenAI(**kw, **spec.extra, **common)
+        model.async_client = DirectChatCompletions(spec.base_url or "https://api.openai.com/v1", key, run.timeout_s)
         return model
     if spec.kind == "anthropic":
         from langchain_anthropic import ChatAnthropic
