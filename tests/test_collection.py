@@ -310,3 +310,27 @@ def test_workers_refuse_an_in_memory_database():
     design_cue(db.engine, n_worlds=1)
     with pytest.raises(SpecError, match="in-memory"):
         collect(db, _spec(workers=2), progress=False)
+
+
+def test_collector_gc_tuning_is_restored_and_direct_params_match_chatopenai():
+    """The collector's GC settings apply only during a run; DirectChatOpenAI reports the same
+    invocation parameters to LangChain's callbacks as ChatOpenAI, from a cache that callers
+    cannot alter."""
+    import gc
+
+    from langchain_openai import ChatOpenAI
+
+    from discern_stats.collect.direct_client import DirectChatOpenAI
+    from discern_stats.collect.runner import _collector_gc
+
+    before = gc.get_threshold()
+    with _collector_gc(young_threshold=123_456):
+        assert gc.get_threshold()[0] == max(before[0], 123_456)
+        assert gc.get_freeze_count() > 0
+    assert gc.get_threshold() == before and gc.get_freeze_count() == 0
+    kw = dict(model="m", base_url="http://127.0.0.1:9/v1", api_key="k", temperature=0.2, max_tokens=7)
+    direct, plain = DirectChatOpenAI(**kw), ChatOpenAI(**kw)
+    assert direct._get_invocation_params(stop=["x"]) == plain._get_invocation_params(stop=["x"])
+    direct._dict_for_compat()["temperature"] = 9.0  # a caller's change does not reach the cache
+    assert direct._get_invocation_params()["temperature"] == 0.2
+    assert "_params_cache" not in direct.model_dump()

@@ -31,6 +31,7 @@ from langchain_core.callbacks import AsyncCallbackManagerForLLMRun
 from langchain_core.messages import BaseMessage
 from langchain_core.outputs import ChatResult
 from langchain_openai import ChatOpenAI
+from pydantic import PrivateAttr
 
 
 class DirectHTTPError(Exception):
@@ -113,6 +114,8 @@ class DirectChatCompletions:
 class DirectChatOpenAI(ChatOpenAI):
     """ChatOpenAI for ``http_client: direct``: set ``async_client`` to a `DirectChatCompletions`."""
 
+    _params_cache: dict[str, Any] | None = PrivateAttr(default=None)
+
     async def _agenerate(self, messages: list[BaseMessage], stop: list[str] | None = None,
                          run_manager: AsyncCallbackManagerForLLMRun | None = None, **kwargs: Any) -> ChatResult:
         payload = self._get_request_payload(messages, stop=stop, **kwargs)
@@ -121,6 +124,14 @@ class DirectChatOpenAI(ChatOpenAI):
         raw = await self.async_client.with_raw_response.create(**payload)
         info = {"headers": dict(raw.headers)} if self.include_response_headers else {}
         return self._create_chat_result(raw.parse(), info)  # a few dict look-ups: no thread hop
+
+    def _dict_for_compat(self) -> dict[str, Any]:
+        """The model's parameters for LangChain's callbacks, built once (LangChain rebuilds them,
+        through a deprecated ``dict()``, on every call). The collector builds the model and does not
+        change its fields afterwards."""
+        if self._params_cache is None:
+            self._params_cache = super()._dict_for_compat()
+        return dict(self._params_cache)
 
 
 # LangChain reads the signature of ``_agenerate`` on every call (is there a run_manager

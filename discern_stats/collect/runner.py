@@ -15,7 +15,9 @@ in the same conversation (system, prior question, the prior's raw answer, poster
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import datetime as dt
+import gc
 import json
 import os
 import queue
@@ -25,6 +27,7 @@ import time
 import uuid
 from dataclasses import dataclass, field
 from types import SimpleNamespace
+from collections.abc import Iterator
 from typing import Any
 
 import sqlalchemy as sa
@@ -512,12 +515,32 @@ def collect(db: TrialDB | str, spec: RunSpec, *, progress: bool = True, max_requ
 
 
 def _run_async(coro: Any) -> Any:
-    """asyncio.run on uvloop's event loop where it is installed (less CPU per request)."""
+    """asyncio.run on uvloop's event loop where it is installed (less CPU per request), with the
+    garbage collector tuned for the run (`_collector_gc`)."""
+    with _collector_gc():
+        try:
+            import uvloop
+        except ImportError:  # pragma: no cover - uvloop is a dependency on Linux and macOS
+            return asyncio.run(coro)
+        return asyncio.run(coro, loop_factory=uvloop.new_event_loop)
+
+
+@contextlib.contextmanager
+def _collector_gc(young_threshold: int = 50_000) -> Iterator[None]:
+    """During a collection run: objects that exist at its start (imported modules, the plan) are
+    moved out of the collector's reach (``gc.freeze``), and the youngest generation is collected
+    every ``young_threshold`` allocations instead of every 2,000. Each request allocates many
+    short-lived objects, most freed by reference counting; a young collection costs about as much
+    whatever the threshold (it walks the requests in flight), so fewer of them cost less. Measured
+    (BENCHMARKS.md): about 4 % of the event loop's time went to collections before. Restored after."""
+    old = gc.get_threshold()
+    gc.freeze()
+    gc.set_threshold(max(old[0], young_threshold), *old[1:])
     try:
-        import uvloop
-    except ImportError:  # pragma: no cover - uvloop is a dependency on Linux and macOS
-        return asyncio.run(coro)
-    return asyncio.run(coro, loop_factory=uvloop.new_event_loop)
+        yield
+    finally:
+        gc.set_threshold(*old)
+        gc.unfreeze()
 
 
 def _shares(total: int, n: int) -> list[int]:
