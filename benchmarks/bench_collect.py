@@ -39,7 +39,7 @@ def main() -> None:
     ap.add_argument("--latency-ms", type=float, default=100.0)
     ap.add_argument("--port", type=int, default=8765)
     ap.add_argument("--workers", type=int, default=1, help="collector processes (spec key workers)")
-    ap.add_argument("--http-client", default="aiohttp", choices=["aiohttp", "httpx", "direct"],
+    ap.add_argument("--http-client", default="auto", choices=["auto", "aiohttp", "httpx", "direct"],
                     help="HTTP layer of the openai: LLM (spec key http_client)")
     ap.add_argument("--timeline", action="store_true", help="print the attempts started in each second of the run")
     a = ap.parse_args()

@@ -334,3 +334,29 @@ def test_collector_gc_tuning_is_restored_and_direct_params_match_chatopenai():
     direct._dict_for_compat()["temperature"] = 9.0  # a caller's change does not reach the cache
     assert direct._get_invocation_params()["temperature"] == 0.2
     assert "_params_cache" not in direct.model_dump()
+
+
+def test_http_client_auto_is_direct_for_a_base_url_only(monkeypatch):
+    """'auto' (the default) takes the lean client for an OpenAI-compatible server (base_url) and the
+    openai SDK for OpenAI itself; an explicit choice wins."""
+    from langchain_openai import ChatOpenAI
+
+    from discern_stats.collect.direct_client import DirectChatOpenAI
+    from discern_stats.collect.providers import build_chat_model
+
+    monkeypatch.setenv("FAKE_KEY", "sk-test")
+
+    def model(**llm):
+        run = spec_from_dict({"name": "t", "design": "cue", "llms": [{"name": "x", "provider": "openai:m", **llm}]})
+        return build_chat_model(run.llms[0], run)
+
+    local = model(base_url="http://127.0.0.1:9/v1")
+    assert _http_layer_of(local) == "direct"
+    assert _http_layer_of(model(api_key_env="FAKE_KEY")) == "sdk"
+    assert _http_layer_of(model(base_url="http://127.0.0.1:9/v1", http_client="aiohttp")) == "sdk"
+    assert isinstance(local, DirectChatOpenAI) and isinstance(local, ChatOpenAI)
+
+
+def _http_layer_of(model):
+    from discern_stats.collect.direct_client import DirectChatCompletions
+    return "direct" if isinstance(model.async_client, DirectChatCompletions) else "sdk"

@@ -55,12 +55,12 @@ def build_chat_model(spec: LLMSpec, run: RunSpec, *, knowledge: dict[str, float]
                   max_tokens=spec.max_tokens, **sampling)
         if spec.seed is not None:
             kw["seed"] = spec.seed
-        if spec.http_client == "aiohttp":
+        if spec.http_layer == "aiohttp":
             # aiohttp transport: about a quarter less client CPU per request than the default httpx
             # transport (BENCHMARKS.md); owned by the collector, which closes it
             import openai
             kw["http_async_client"] = openai.DefaultAioHttpClient(timeout=run.timeout_s)
-        if spec.http_client != "direct":
+        if spec.http_layer != "direct":
             return ChatOpenAI(**kw, **spec.extra, **common)
         # LangChain builds the payload and reads the response; the HTTP call is a plain aiohttp
         # POST, without the openai SDK's request layers (collect/direct_client.py)

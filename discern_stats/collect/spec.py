@@ -61,10 +61,18 @@ class LLMSpec(BaseModel):
     seed: int | None = None
     extra: dict[str, Any] = Field(default_factory=dict, description="further keyword arguments for the chat model")
     profile_file: str | None = None
-    http_client: Literal["aiohttp", "httpx", "direct"] = Field(
-        "aiohttp", description="HTTP layer of openai: LLMs: 'aiohttp' (openai SDK on aiohttp), 'httpx' (the SDK's "
-                               "default transport; honours proxy variables) or 'direct' (LangChain's ChatOpenAI "
-                               "with a plain aiohttp POST in place of the SDK: the least CPU per request)")
+    http_client: Literal["auto", "aiohttp", "httpx", "direct"] = Field(
+        "auto", description="HTTP layer of openai: LLMs: 'direct' (LangChain's ChatOpenAI with a plain aiohttp POST "
+                            "in place of the SDK: the least CPU per request), 'aiohttp' (openai SDK on aiohttp), "
+                            "'httpx' (the SDK's default transport; honours proxy variables), or 'auto' (the "
+                            "default): 'direct' with a base_url (an OpenAI-compatible server), 'aiohttp' without")
+
+    @property
+    def http_layer(self) -> str:
+        """The HTTP layer in use: ``http_client`` with 'auto' resolved."""
+        if self.http_client != "auto":
+            return self.http_client
+        return "direct" if self.base_url else "aiohttp"
 
     @field_validator("provider")
     @classmethod
