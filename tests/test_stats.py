@@ -297,3 +297,16 @@ def test_subgroup_gap_equals_difference_of_spearman():
         assert r.lo <= r.estimate <= r.hi
     with pytest.raises(KeyError, match="item tag 'region'"):
         subgroup_gaps(df, "region")
+
+
+def test_summarise_columns_equals_summarise_per_column():
+    from discern_stats.stats.bootstrap import summarise, summarise_columns
+    rng = np.random.default_rng(8)
+    boot = rng.normal(0.1, 1.0, (501, 4))
+    boot[3, 2] = np.nan  # a column with a non-finite value takes the one-column path
+    theta = np.array([0.1, 0.2, 0.3, 0.4])
+    got = summarise_columns(theta, boot, level=0.9)
+    for c in range(4):
+        want = summarise(theta[c], boot[:, c], level=0.9)
+        for key in ("estimate", "lo", "hi", "p_value", "se"):
+            assert getattr(got[c], key) == pytest.approx(getattr(want, key), abs=1e-12)

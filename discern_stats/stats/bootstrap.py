@@ -136,6 +136,30 @@ def summarise(theta: float, boot: np.ndarray, jack: np.ndarray | None = None, *,
                     method, level)
 
 
+def summarise_columns(theta: np.ndarray, boot: np.ndarray, jack: np.ndarray | None = None, *,
+                      method: str = "percentile", level: float = 0.95) -> list[Interval]:
+    """`summarise` for each column of ``boot`` (B x m) against ``theta[c]``: the same numbers, with the
+    quantiles, p-values and SEs of all-finite columns computed at once."""
+    boot = np.asarray(boot, float)
+    finite = np.isfinite(boot).all(axis=0)
+    out: list[Interval | None] = [None] * boot.shape[1]
+    fast = np.flatnonzero(finite) if method == "percentile" and boot.shape[0] > 1 else np.zeros(0, int)
+    if fast.size:
+        b = boot[:, fast]
+        a = (1 - level) / 2
+        lo, hi = np.quantile(b, [a, 1 - a], axis=0)
+        n = b.shape[0]
+        p = np.minimum(1.0, 2 * np.minimum((b <= 0).sum(axis=0) + 1, (b >= 0).sum(axis=0) + 1) / (n + 1))
+        se = b.std(axis=0, ddof=1)
+        for i, c in enumerate(fast):
+            out[c] = Interval(float(theta[c]), float(lo[i]), float(hi[i]), float(p[i]), float(se[i]), method, level)
+    for c in range(boot.shape[1]):
+        if out[c] is None:
+            out[c] = summarise(float(theta[c]), boot[:, c], None if jack is None else jack[:, c], method=method,
+                               level=level)
+    return out  # type: ignore[return-value]
+
+
 def weighted_spearman(x: np.ndarray, y: np.ndarray, w: np.ndarray) -> np.ndarray:
     """Spearman's rho of rows repeated w[b, i] times, for every resample row b of ``w`` (B x n).
 
