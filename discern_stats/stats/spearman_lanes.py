@@ -153,58 +153,45 @@ def _blocks_serial(Wf, blk0, blk1, size, ix, xend, iys, pys, ykind, ysingle, sxx
             xy = zero
             s = zero
             t = zero
-            if j == gather_j:  # also the extra pair's S (ranks of y store_j, kept in a2)
-                x2 = zero
-                t2 = zero
-                for k in range(n):
-                    w = _vload(Wf, base + iys[j, k] * LANES)
-                    u = _vmul(w, _vload(a, pys[j, k] * LANES))
+            pair = j == gather_j  # also the extra pair's S (ranks of y store_j, kept in a2)
+            keep = j == store_j
+            x2 = zero
+            t2 = zero
+            u2 = zero
+            g = 0
+            for k in range(n):
+                w = _vload(Wf, base + iys[j, k] * LANES)
+                u = _vmul(w, _vload(a, pys[j, k] * LANES))
+                if pair:
                     u2 = _vmul(w, _vload(a2, pys2[k] * LANES))
-                    kind = ykind[j, k]
-                    if kind == 2:
-                        r = _vadd(before, _vmul(w, half))
-                        xy = _vadd(xy, _vmul(r, u))
+                kind = ykind[j, k]
+                if kind == 2:
+                    r = _vadd(before, _vmul(w, half))
+                    xy = _vadd(xy, _vmul(r, u))
+                    if pair:
                         x2 = _vadd(x2, _vmul(r, u2))
-                        before = _vadd(before, w)
-                    else:
-                        s = _vadd(s, w)
-                        t = _vadd(t, u)
+                    before = _vadd(before, w)
+                else:
+                    s = _vadd(s, w)
+                    t = _vadd(t, u)
+                    if pair:
                         t2 = _vadd(t2, u2)
-                        if kind == 1:
-                            r = _vadd(before, _vmul(s, half))
-                            xy = _vadd(xy, _vmul(r, t))
-                            x2 = _vadd(x2, _vmul(r, t2))
-                            before = _vadd(before, s)
-                            cubes = _vadd(cubes, _vmul(s, _vmul(s, s)))
-                            s = zero
-                            t = zero
-                            t2 = zero
+                    if kind != 1:
+                        continue
+                    r = _vadd(before, _vmul(s, half))
+                    xy = _vadd(xy, _vmul(r, t))
+                    if pair:
+                        x2 = _vadd(x2, _vmul(r, t2))
+                    before = _vadd(before, s)
+                    cubes = _vadd(cubes, _vmul(s, _vmul(s, s)))
+                    s = zero
+                    t = zero
+                    t2 = zero
+                if keep:
+                    _vstore(a2, g * LANES, r)
+                g += 1
+            if pair:
                 _vstore(s12, bb, x2)
-            else:
-                keep = j == store_j
-                g = 0
-                for k in range(n):
-                    w = _vload(Wf, base + iys[j, k] * LANES)
-                    u = _vmul(w, _vload(a, pys[j, k] * LANES))
-                    kind = ykind[j, k]
-                    if kind == 2:
-                        r = _vadd(before, _vmul(w, half))
-                        xy = _vadd(xy, _vmul(r, u))
-                        before = _vadd(before, w)
-                    else:
-                        s = _vadd(s, w)
-                        t = _vadd(t, u)
-                        if kind != 1:
-                            continue
-                        r = _vadd(before, _vmul(s, half))
-                        xy = _vadd(xy, _vmul(r, t))
-                        before = _vadd(before, s)
-                        cubes = _vadd(cubes, _vmul(s, _vmul(s, s)))
-                        s = zero
-                        t = zero
-                    if keep:
-                        _vstore(a2, g * LANES, r)
-                    g += 1
             _vstore(syy, j * Bp + bb, _vsub(_vsub(cube, singles), cubes))
             _vstore(sxy, j * Bp + bb, xy)
 
