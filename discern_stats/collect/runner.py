@@ -17,6 +17,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import datetime as dt
+import functools
 import gc
 import json
 import os
@@ -155,9 +156,34 @@ def release_dead_claims(db: TrialDB) -> int:
 
 def claim(db: TrialDB, llm_id: int, me: str, n: int, lease_s: float, retry_failed: bool = False) -> list[dict[str, Any]]:
     """Atomically claim up to ``n`` eligible trials of one LLM and return what is needed to run them."""
+    claim_ids, jobs, priors = _claim_statements(retry_failed)
+    now = utcnow()
+    with db.engine.begin() as conn:
+        ids = [r[0] for r in conn.execute(claim_ids, {"b_llm": llm_id, "b_now": now, "b_n": n, "b_me": me,
+                                                      "b_lease": now + dt.timedelta(seconds=lease_s)})]
+        if not ids:
+            return []
+        out = [dict(r) for r in conn.execute(jobs, {"b_ids": ids}).mappings().all()]
+        parents = [r["parent_key"] for r in out if r["parent_key"]]
+        if parents:
+            prior = {(r.key, r.repeat): r for r in conn.execute(priors, {"b_parents": sorted(set(parents)),
+                                                                         "b_llm": llm_id})}
+            for r in out:
+                if r["parent_key"]:
+                    p = prior[(r["parent_key"], r["repeat"])]
+                    r["prior_messages_json"], r["prior_raw"] = p.messages_json, p.raw_response
+    return out
+
+
+@functools.cache
+def _claim_statements(retry_failed: bool) -> tuple[Any, Any, Any]:
+    """The three statements of `claim`, built once with bound parameters (SQLAlchemy then reuses
+    their compiled form; building them took a few per cent of the collector's CPU):
+    claim up to ``n`` eligible trials of ``llm_id`` (``FOR UPDATE SKIP LOCKED`` on PostgreSQL;
+    a posterior only once its prior is done), read the claimed jobs, read the priors' answers."""
     T, R = Trial.__table__, Request.__table__
     P, PR = T.alias("p"), R.alias("pr")
-    now = utcnow()
+    now = sa.bindparam("b_now", type_=T.c.lease_until.type)  # b_: column names are reserved in UPDATE
     states = [T.c.state == "pending", sa.and_(T.c.state == "claimed", T.c.lease_until < now)]
     if retry_failed:
         states.append(T.c.state == "failed")
@@ -165,32 +191,21 @@ def claim(db: TrialDB, llm_id: int, me: str, n: int, lease_s: float, retry_faile
                   .where(PR.c.key == R.c.parent_key, P.c.llm_id == T.c.llm_id, P.c.repeat == T.c.repeat,
                          P.c.state == "done").exists())
     sub = (sa.select(T.c.id).select_from(T.join(R, T.c.request_id == R.c.id))
-           .where(T.c.llm_id == llm_id, sa.or_(*states),
+           .where(T.c.llm_id == sa.bindparam("b_llm"), sa.or_(*states),
                   sa.or_(R.c.stage.is_(None), R.c.stage != "posterior", prior_done))
-           .order_by(T.c.id).limit(n).with_for_update(skip_locked=True, of=T))
-    with db.engine.begin() as conn:
-        ids = [r[0] for r in conn.execute(
-            sa.update(T).where(T.c.id.in_(sub.scalar_subquery()))
-            .values(state="claimed", claimed_by=me, lease_until=now + dt.timedelta(seconds=lease_s))
-            .returning(T.c.id))]
-        if not ids:
-            return []
-        rows = conn.execute(
-            sa.select(T.c.id, T.c.key, T.c.repeat, T.c.n_attempts, R.c.key.label("request_key"), R.c.messages_json,
+           .order_by(T.c.id).limit(sa.bindparam("b_n")).with_for_update(skip_locked=True, of=T))
+    claim_ids = (sa.update(T).where(T.c.id.in_(sub.scalar_subquery()))
+                 .values(state="claimed", claimed_by=sa.bindparam("b_me"), lease_until=sa.bindparam("b_lease"))
+                 .returning(T.c.id))
+    jobs = (sa.select(T.c.id, T.c.key, T.c.repeat, T.c.n_attempts, R.c.key.label("request_key"), R.c.messages_json,
                       R.c.answer_format, R.c.options_json, R.c.gold, R.c.stage, R.c.strategy, R.c.parent_key)
-            .select_from(T.join(R, T.c.request_id == R.c.id)).where(T.c.id.in_(ids)).order_by(T.c.id)).mappings().all()
-        out = [dict(r) for r in rows]
-        parents = [r["parent_key"] for r in out if r["parent_key"]]
-        if parents:
-            prior = {(r.key, r.repeat): r for r in conn.execute(
-                sa.select(PR.c.key, PR.c.messages_json, P.c.raw_response, P.c.repeat)
-                .select_from(P.join(PR, P.c.request_id == PR.c.id))
-                .where(PR.c.key.in_(set(parents)), P.c.llm_id == llm_id, P.c.state == "done"))}
-            for r in out:
-                if r["parent_key"]:
-                    p = prior[(r["parent_key"], r["repeat"])]
-                    r["prior_messages_json"], r["prior_raw"] = p.messages_json, p.raw_response
-    return out
+            .select_from(T.join(R, T.c.request_id == R.c.id))
+            .where(T.c.id.in_(sa.bindparam("b_ids", expanding=True))).order_by(T.c.id))
+    priors = (sa.select(PR.c.key, PR.c.messages_json, P.c.raw_response, P.c.repeat)
+              .select_from(P.join(PR, P.c.request_id == PR.c.id))
+              .where(PR.c.key.in_(sa.bindparam("b_parents", expanding=True)), P.c.llm_id == sa.bindparam("b_llm"),
+                     P.c.state == "done"))
+    return claim_ids, jobs, priors
 
 
 def _to_messages(job: dict[str, Any]) -> list[BaseMessage]:
