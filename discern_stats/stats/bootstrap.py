@@ -14,7 +14,9 @@ inversion with the +1 correction so that p is never 0.
 
 from __future__ import annotations
 
+import threading
 from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
 from scipy import stats as sps
@@ -31,13 +33,22 @@ def resample_counts(n_clusters: int, n_resamples: int = DEFAULT_RESAMPLES, seed:
         rng = np.random.default_rng(seed)
         W = rng.multinomial(n_clusters, np.full(n_clusters, 1.0 / n_clusters), size=n_resamples).astype(np.float64)
         W.flags.writeable = False
-        if len(_COUNTS_CACHE) >= 8:
-            _COUNTS_CACHE.pop(next(iter(_COUNTS_CACHE)))
-        _COUNTS_CACHE[key] = W
+        remember(_COUNTS_CACHE, key, W)
     return W
 
 
 _COUNTS_CACHE: dict[tuple[int, int, int], np.ndarray] = {}
+_CACHE_LOCK = threading.Lock()
+
+
+def remember(cache: dict, key: Any, value: Any, limit: int = 8) -> Any:
+    """Keep ``value`` in one of the module's small caches, dropping the oldest entry beyond ``limit``
+    (safe when groups are analysed in several threads)."""
+    with _CACHE_LOCK:
+        if key not in cache and len(cache) >= limit:
+            cache.pop(next(iter(cache)), None)
+        cache[key] = value
+    return value
 
 
 def ratio(W: np.ndarray, num: np.ndarray, den: np.ndarray) -> np.ndarray:
@@ -65,9 +76,7 @@ def with_all_once(W: np.ndarray | None, n_clusters: int) -> np.ndarray:
     out = np.vstack([np.ones((1, W.shape[1])), W])
     if not W.flags.writeable:
         out.flags.writeable = False
-        if len(_WITH_ALL_ONCE) >= 8:
-            _WITH_ALL_ONCE.pop(next(iter(_WITH_ALL_ONCE)))
-        _WITH_ALL_ONCE[key] = (W, out)
+        remember(_WITH_ALL_ONCE, key, (W, out))
     return out
 
 

@@ -18,6 +18,8 @@ Intervals: item-cluster bootstrap (all posteriors of a resampled item move toget
 
 from __future__ import annotations
 
+from concurrent.futures import ThreadPoolExecutor
+
 import numpy as np
 import pandas as pd
 from scipy import stats as sps
@@ -293,9 +295,18 @@ def l2d_metrics(df: pd.DataFrame, *, n_resamples: int = DEFAULT_RESAMPLES, seed:
         per_llm = dict(iter(prepared.groupby("llm", sort=True)))
         for llm, g in valid.groupby(df["llm"], sort=True):
             groups.append(({"llm": llm, "strategy": "(all)"}, per_llm.get(llm, prepared.iloc[:0]), int((~g).sum())))
+    def cell(group: tuple[dict, pd.DataFrame, int]) -> list[dict]:
+        return _cell_rows(group[1], n_resamples=n_resamples, seed=seed, level=level, method=method)
+
+    if n_resamples and len(groups) > 1:
+        # two groups at a time: the bootstrap kernel releases the GIL and uses every core, so one
+        # group's pandas and numpy work runs while the other's kernel does (same results, in order)
+        with ThreadPoolExecutor(2) as pool:
+            cell_rows = list(pool.map(cell, groups))
+    else:
+        cell_rows = [cell(g) for g in groups]
     rows = []
-    for keys, d, n_invalid in groups:
-        res = _cell_rows(d, n_resamples=n_resamples, seed=seed, level=level, method=method)
+    for (keys, _, n_invalid), res in zip(groups, cell_rows):
         for r in res:
             r.update(keys)
             r["n_invalid"] = n_invalid

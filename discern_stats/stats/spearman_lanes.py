@@ -252,9 +252,8 @@ def _block_layout(W: np.ndarray) -> np.ndarray:
     padded[:B] = W
     Wf = np.ascontiguousarray(padded.reshape(n_blocks, LANES, K).transpose(0, 2, 1)).ravel()
     if not W.flags.writeable:
-        if len(_LAYOUTS) >= 8:
-            _LAYOUTS.pop(next(iter(_LAYOUTS)))
-        _LAYOUTS[id(W)] = (W, Wf)
+        from .bootstrap import remember
+        remember(_LAYOUTS, id(W), (W, Wf))
     return Wf
 
 
