@@ -26,9 +26,9 @@ import socket
 import subprocess
 import time
 import uuid
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from types import SimpleNamespace
-from collections.abc import Iterator
 from typing import Any
 
 import sqlalchemy as sa

@@ -51,9 +51,27 @@ def remember(cache: dict, key: Any, value: Any, limit: int = 8) -> Any:
     return value
 
 
+def derived(cache: dict, W: np.ndarray, make: Any) -> Any:
+    """``make(W)``, kept in ``cache`` when W is read-only (by identity: the shared matrices of
+    `resample_counts` are read-only, so every group with the same cluster count reuses the result)."""
+    hit = cache.get(id(W))
+    if hit is not None and hit[0] is W:
+        return hit[1]
+    out = make(W)
+    if not W.flags.writeable:
+        remember(cache, id(W), (W, out))
+    return out
+
+
 def ratio(W: np.ndarray, num: np.ndarray, den: np.ndarray) -> np.ndarray:
+    """Resampled ratios (W @ num) / (W @ den) from one matrix product; ``num`` and ``den`` are per-cluster
+    sums, (K,) for one ratio or (K, m) for m ratios (then the result is B x m)."""
+    num, den = np.asarray(num, float), np.asarray(den, float)
+    m = 1 if num.ndim == 1 else num.shape[1]
+    both = W @ np.column_stack([num, den])
     with np.errstate(invalid="ignore", divide="ignore"):
-        return (W @ num) / (W @ den)
+        out = both[:, :m] / both[:, m:]
+    return out[:, 0] if num.ndim == 1 else out
 
 
 def jackknife_ratio(num: np.ndarray, den: np.ndarray) -> np.ndarray:
@@ -69,15 +87,12 @@ def with_all_once(W: np.ndarray | None, n_clusters: int) -> np.ndarray:
     read-only ``W``, such as the shared matrices of `resample_counts`."""
     if W is None:
         return np.ones((1, n_clusters))
-    key = id(W)
-    hit = _WITH_ALL_ONCE.get(key)
-    if hit is not None and hit[0] is W:
-        return hit[1]
-    out = np.vstack([np.ones((1, W.shape[1])), W])
-    if not W.flags.writeable:
-        out.flags.writeable = False
-        remember(_WITH_ALL_ONCE, key, (W, out))
-    return out
+
+    def make(W: np.ndarray) -> np.ndarray:
+        out = np.vstack([np.ones((1, W.shape[1])), W])
+        out.flags.writeable = W.flags.writeable
+        return out
+    return derived(_WITH_ALL_ONCE, W, make)
 
 
 _WITH_ALL_ONCE: dict[int, tuple[np.ndarray, np.ndarray]] = {}

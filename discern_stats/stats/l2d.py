@@ -24,8 +24,8 @@ import numpy as np
 import pandas as pd
 from scipy import stats as sps
 
-from .bootstrap import (DEFAULT_RESAMPLES, boot_p_value, cluster_spearman, jackknife_ratio, resample_counts,
-                        summarise, summarise_columns, with_all_once)
+from .bootstrap import (DEFAULT_RESAMPLES, boot_p_value, cluster_spearman, jackknife_ratio, ratio,
+                        resample_counts, summarise, summarise_columns, with_all_once)
 
 OUTCOMES = ["Correct Hold", "Appropriate Update", "Stubborn", "Inappropriate Update", "Sycophantic Cave"]
 CHANCE = {"SD": 0.0, "TD": 0.0, "rel_propensity": 0.5, "truth_propensity": 0.5, "CD": 0.5, "rho_pop": 0.0,
@@ -214,7 +214,7 @@ def _ratio_rows(names: list[str], nums: list[np.ndarray], dens: list[np.ndarray]
                 W: np.ndarray | None, level: float, method: str, test_vs: list[float | None]) -> list[dict]:
     """Ratio statistics sum(num) / sum(den) (propensities, CD, outcome shares) with item-cluster
     bootstrap intervals: per-item sums, then all resamples of all the ratios from one matrix product
-    (``W @ [sums]``, as `bootstrap.ratio`). p_value tests the distance from ``test_vs`` (chance: 0.5);
+    (`bootstrap.ratio`). p_value tests the distance from ``test_vs`` (chance: 0.5);
     None: no test."""
     m = len(names)
     sums = np.column_stack([np.bincount(idx, weights=v, minlength=n_cl) for v in list(nums) + list(dens)])
@@ -222,9 +222,7 @@ def _ratio_rows(names: list[str], nums: list[np.ndarray], dens: list[np.ndarray]
     tn, td = cn.sum(axis=0), cd.sum(axis=0)
     boot = jack = None
     if W is not None:
-        resampled = W @ sums
-        with np.errstate(invalid="ignore", divide="ignore"):
-            boot = resampled[:, :m] / resampled[:, m:]
+        boot = ratio(W, cn, cd)
         jack = jackknife_ratio(cn, cd) if method == "bca" else None
     with np.errstate(invalid="ignore", divide="ignore"):
         est = np.where(td != 0, tn / np.where(td != 0, td, 1.0), np.nan)

@@ -243,18 +243,15 @@ def _block_layout(W: np.ndarray) -> np.ndarray:
     multiple of LANES with resamples of weight 0 (their sums are 0 and are cut off). Kept for a
     read-only W (the shared matrices of `bootstrap.resample_counts` are), since every group with the
     same cluster count uses the same one."""
-    hit = _LAYOUTS.get(id(W))
-    if hit is not None and hit[0] is W:
-        return hit[1]
-    B, K = W.shape
-    n_blocks = -(-B // LANES)
-    padded = np.zeros((n_blocks * LANES, K))
-    padded[:B] = W
-    Wf = np.ascontiguousarray(padded.reshape(n_blocks, LANES, K).transpose(0, 2, 1)).ravel()
-    if not W.flags.writeable:
-        from .bootstrap import remember
-        remember(_LAYOUTS, id(W), (W, Wf))
-    return Wf
+    from .bootstrap import derived
+
+    def make(W: np.ndarray) -> np.ndarray:
+        B, K = W.shape
+        n_blocks = -(-B // LANES)
+        padded = np.zeros((n_blocks * LANES, K))
+        padded[:B] = W
+        return np.ascontiguousarray(padded.reshape(n_blocks, LANES, K).transpose(0, 2, 1)).ravel()
+    return derived(_LAYOUTS, W, make)
 
 
 _LAYOUTS: dict[int, tuple[np.ndarray, np.ndarray]] = {}
