@@ -2,22 +2,25 @@
 rows, 5 cues, simulated from the model's own generative process (weights drawn around the
 synthetic profiles' scale, world random effects sd 0.5).
 
-Compares, in one run (all with nutpie, the same draws, tune and chains):
-  naive-nc - what a bambi formula `chose_B ~ 0 + llm:block + llm:(cues) + (1|world)` builds:
-             Bernoulli rows, unpooled weights, a world intercept non-centred as bambi does
-             (offset ~ N(0, 1) times sigma)
-  naive-c  - the same with the world intercept centred (u ~ N(0, sigma))
-  ours     - `CueWeightModel` (pooled centred weights, non-centred per-LLM world effects,
-             binomial cells)
+Compares, in one run (the same draws and chains):
+  naive-nc  - what a bambi formula `chose_B ~ 0 + llm:block + llm:(cues) + (1|world)` builds:
+              Bernoulli rows, unpooled weights, a world intercept non-centred as bambi does
+              (offset ~ N(0, 1) times sigma); nutpie, tune = draws
+  naive-c   - the same with the world intercept centred (u ~ N(0, sigma)); nutpie
+  ours      - `CueWeightModel` (pooled centred weights, per-LLM world effects, binomial
+              cells) with its default sampler, the blocked Gibbs sampler of
+              `discern_stats.bayes.logit_gibbs` (200 burn-in sweeps)
+  ours-nuts - the same model's PyMC build sampled by nutpie, tune = draws (``--models``)
 Reports wall time, min bulk ESS over the weights, max R-hat, and ESS per second; the
 speed-up is the ratio of ESS/s (time to the same ESS).
 
     python benchmarks/bench_cue_model.py --draws 1000 --tune 1000 --chains 2
 
 ``--ladder 250,500,1000`` measures time to target instead: each model is fitted with
-tune = draws = 250, then 500, then 1000 (2 chains) until its weights reach R-hat <= 1.01 and
-bulk ESS >= 400; its time to target is the wall time of the first fit that does (compile
-included), and the failed rungs are reported beside it.
+draws = 250, then 500, then 1000 (2 chains; NUTS with tune = draws, the Gibbs sampler with
+its 200 burn-in sweeps) until its weights reach R-hat <= 1.01 and bulk ESS >= 400; its time to
+target is the wall time of the first fit that does (compile and, for ours, building the
+model and the convergence checks included), and the failed rungs are reported beside it.
 """
 
 from __future__ import annotations
@@ -77,9 +80,12 @@ def _fit(name: str, d: pd.DataFrame, n: int, chains: int) -> tuple[float, float,
     import pymc as pm
     from discern_stats.bayes import CueWeightModel
     t = time.perf_counter()
-    if name == "ours":
+    if name in ("ours", "ours-nuts"):
         m = CueWeightModel(d)
-        m.fit(draws=n, tune=n, chains=chains, random_seed=1)
+        if name == "ours":
+            m.fit(draws=n, chains=chains, random_seed=1)
+        else:
+            m.fit(draws=n, tune=n, chains=chains, random_seed=1, sampler="nutpie")
         idata = m.idata
     else:
         with naive_model(d, centred=name == "naive-c"):
@@ -89,10 +95,10 @@ def _fit(name: str, d: pd.DataFrame, n: int, chains: int) -> tuple[float, float,
     return el, float(s.ess_bulk.min()), float(s.r_hat.max())
 
 
-def ladder(d: pd.DataFrame, rungs: list[int], chains: int, skip_naive: bool) -> None:
+def ladder(d: pd.DataFrame, rungs: list[int], chains: int, models: list[str]) -> None:
     import warnings
     reached: dict[str, float] = {}
-    for name in (["ours"] if skip_naive else ["naive-nc", "naive-c", "ours"]):
+    for name in models:
         spent = 0.0
         for n in rungs:
             with warnings.catch_warnings():
@@ -100,7 +106,7 @@ def ladder(d: pd.DataFrame, rungs: list[int], chains: int, skip_naive: bool) -> 
                 el, ess, rhat = _fit(name, d, n, chains)
             spent += el
             ok = rhat <= 1.01 and ess >= 400
-            print(f"{name:8s} tune=draws={n:5d} wall={el:7.1f}s min_bulk_ESS={ess:7.1f} max_Rhat={rhat:.4f} "
+            print(f"{name:9s} {'draws' if name == 'ours' else 'tune=draws'}={n:5d} wall={el:7.1f}s min_bulk_ESS={ess:7.1f} max_Rhat={rhat:.4f} "
                   f"{'target reached' if ok else 'not yet'}", flush=True)
             if ok:
                 reached[name] = el
@@ -125,11 +131,13 @@ def main() -> None:
     ap.add_argument("--worlds", type=int, default=300)
     ap.add_argument("--skip-naive", action="store_true")
     ap.add_argument("--ladder", default="", help="e.g. 250,500,1000: time to target (see above)")
+    ap.add_argument("--models", default="naive-nc,naive-c,ours", help="for --ladder: naive-nc, naive-c, ours, ours-nuts")
     a = ap.parse_args()
     d, w = simulate(n_world=a.worlds)
     print(f"rows={len(d)} llms=13 worlds={a.worlds} cues=5")
     if a.ladder:
-        ladder(d, [int(x) for x in a.ladder.split(",")], a.chains, a.skip_naive)
+        ladder(d, [int(x) for x in a.ladder.split(",")], a.chains,
+               ["ours"] if a.skip_naive else a.models.split(","))
         return
     out = []
     for name, centred in (("naive-nc", False), ("naive-c", True)):
@@ -146,7 +154,7 @@ def main() -> None:
               flush=True)
     t = time.perf_counter()
     m = CueWeightModel(d)
-    m.fit(draws=a.draws, tune=a.tune, chains=a.chains, random_seed=1)
+    m.fit(draws=a.draws, chains=a.chains, random_seed=1)  # the default sampler (Gibbs), its own burn-in
     el = time.perf_counter() - t
     s = az.summary(m.idata, var_names=["beta"], kind="diagnostics", round_to="none")
     out.append(("ours", el, s.ess_bulk.min(), s.r_hat.max()))

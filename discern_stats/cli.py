@@ -261,7 +261,7 @@ def demo_cmd(out: Path = typer.Option(Path("demo_out"), "--out", help="folder fo
              models_dir: Path = typer.Option(Path("models"), "--models", help="folder for the saved fits"),
              fit: bool = typer.Option(True, "--fit/--no-fit", help="fit the three Bayesian models"),
              report: bool = typer.Option(True, "--report/--no-report", help="render the report"),
-             draws: int = typer.Option(1000, "--draws", help="posterior draws (and tuning steps) per chain"),
+             draws: int = typer.Option(1000, "--draws", help="posterior draws per chain (NUTS also tunes for as many steps)"),
              chains: int = typer.Option(2, "--chains", help="chains (this machine has 2 cores)")) -> None:
     """The main job on embedded defaults: a fresh SQLite database, both designs at demo size,
     three synthetic respondents (SIMULATORS with known weights), collection, metrics, the
@@ -282,9 +282,12 @@ def demo_cmd(out: Path = typer.Option(Path("demo_out"), "--out", help="folder fo
 @app.command("fit")
 def fit_cmd(model: str = typer.Argument(..., help="cue, discernment or intervention"),
             models_dir: Path = typer.Option(Path("models"), "--models", help="folder for the saved posterior + manifest"),
-            draws: int = typer.Option(1000, "--draws"), tune: int = typer.Option(1000, "--tune"),
+            draws: int = typer.Option(1000, "--draws"),
+            tune: Optional[int] = typer.Option(None, "--tune", help="NUTS warm-up (default 1000) or Gibbs burn-in "
+                                               "(default 200)"),
             chains: int = typer.Option(4, "--chains"),
-            sampler: str = typer.Option("nutpie", "--sampler", help="nutpie (default), pymc, numpyro or blackjax"),
+            sampler: Optional[str] = typer.Option(None, "--sampler", help="gibbs (default for cue and intervention), "
+                                                  "nutpie (default for discernment), pymc, numpyro or blackjax"),
             seed: int = typer.Option(0, "--seed"),
             refit: bool = typer.Option(False, "--refit", help="fit even when a saved fit matches the data"),
             db: str = DbOpt) -> None:
@@ -293,6 +296,7 @@ def fit_cmd(model: str = typer.Argument(..., help="cue, discernment or intervent
     A saved fit whose data hash and spec match is reused, never refitted, unless --refit.
 
     Example: `discern-stats fit cue --draws 1000 --chains 4 --models models`
+    (or `discern-stats fit cue --sampler nutpie` to sample the PyMC model by NUTS)
     """
     import warnings
     from .bayes import DESIGN_OF, MODELS

@@ -68,9 +68,11 @@ def run_demo(out: Path | str = "demo_out", *, worlds: int = 30, resamples: int =
         from .bayes import DESIGN_OF, MODELS
         for kind, cls in MODELS.items():
             t1 = time.perf_counter()
-            with console.status(f"fitting the {kind} model ({chains} chains x {draws} draws, nutpie)"):
+            with console.status(f"fitting the {kind} model ({chains} chains x {draws} draws, {cls.default_sampler})"):
                 m = cls.fit_or_load(db.trials(DESIGN_OF[kind]), models_dir,
-                                    fit_kwargs={"draws": draws, "tune": draws, "chains": chains, "random_seed": seed})
+                                    fit_kwargs={"draws": draws, "chains": chains, "random_seed": seed,
+                                                # NUTS tunes for as many steps; Gibbs burns in 200
+                                                "tune": None if cls.default_sampler == "gibbs" else draws})
             d = m.diagnostics
             flag = "converged" if d["ok"] else "[bold red]NOT CONVERGED[/]: " + "; ".join(d["problems"])
             console.print(f"{kind} model: {time.perf_counter() - t1:.0f} s, max R-hat {d['max_rhat']:.3f}, "

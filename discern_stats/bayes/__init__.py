@@ -1,14 +1,16 @@
-"""Hierarchical Bayesian models (PyMC, ArviZ): cue weights, discernment, intervention contrasts."""
+"""Hierarchical Bayesian models (PyMC, ArviZ): cue weights, discernment, intervention contrasts;
+the cue-weight models' own Gibbs sampler (`logit_gibbs`)."""
 
 from .base import ESS_MIN, HDI_PROB, RHAT_MAX, BayesModel, ConvergenceWarning, check_convergence, data_hash
 from .cue_weights import CueWeightModel, InterventionContrastModel, choice_table
 from .discernment import DiscernmentModel
+from .logit_gibbs import LogitDesign, logit_gibbs
 
 MODELS = {"cue": CueWeightModel, "discernment": DiscernmentModel, "intervention": InterventionContrastModel}
 DESIGN_OF = {"cue": "cue", "discernment": "l2d", "intervention": "cue"}
 
 __all__ = ["BayesModel", "CueWeightModel", "DiscernmentModel", "InterventionContrastModel", "ConvergenceWarning",
-           "check_convergence", "data_hash", "choice_table", "MODELS", "DESIGN_OF", "HDI_PROB", "RHAT_MAX", "ESS_MIN"]
+           "check_convergence", "data_hash", "choice_table", "LogitDesign", "logit_gibbs", "MODELS", "DESIGN_OF", "HDI_PROB", "RHAT_MAX", "ESS_MIN"]
 
 
 def fit(model: str, df, models_dir="models", *, refit: bool = False, fit_kwargs: dict | None = None, **config):

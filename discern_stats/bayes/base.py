@@ -29,7 +29,9 @@ from ..errors import StaleFitError
 RHAT_MAX = 1.01
 ESS_MIN = 400
 HDI_PROB = 0.94
-SAMPLERS = ("nutpie", "pymc", "numpyro", "blackjax")
+SAMPLERS = ("nutpie", "pymc", "numpyro", "blackjax", "gibbs")
+NUTS_TUNE = 1000  # default warm-up of the NUTS samplers
+GIBBS_TUNE = 200  # default burn-in of the Gibbs sampler (nothing to adapt)
 
 
 class ConvergenceWarning(UserWarning):
@@ -84,7 +86,9 @@ class BayesModel:
     name: ClassVar[str] = "model"
     default_config: ClassVar[dict[str, Any]] = {}
     check_vars: ClassVar[list[str]] = []
-    default_fit: ClassVar[dict[str, Any]] = {}
+    default_fit: ClassVar[dict[str, Any]] = {}  # NUTS options (pm.sample keywords)
+    default_sampler: ClassVar[str] = "nutpie"
+    own_samplers: ClassVar[tuple[str, ...]] = ()  # samplers the subclass implements in `sample_own`
 
     def __init__(self, data: pd.DataFrame, **config: Any):
         unknown = set(config) - set(self.default_config)
@@ -113,25 +117,43 @@ class BayesModel:
     def data_hash(self) -> str:
         return data_hash(self.data)
 
-    def fit(self, *, draws: int = 1000, tune: int = 1000, chains: int = 4, sampler: str = "nutpie",
+    def fit(self, *, draws: int = 1000, tune: int | None = None, chains: int = 4, sampler: str | None = None,
             random_seed: int = 0, progressbar: bool = False, **kwargs: Any) -> Any:
-        """Sample the posterior; check convergence (warns loudly on failure)."""
-        import pymc as pm
+        """Sample the posterior; check convergence (warns loudly on failure).
+
+        ``sampler``: the model's ``default_sampler`` when None; ``nutpie``, ``pymc``,
+        ``numpyro`` or ``blackjax`` sample the PyMC model of `build` by NUTS (``kwargs`` go to
+        ``pm.sample``; ``tune`` defaults to 1000); ``gibbs`` is the cue-weight models' own
+        sampler (`discern_stats.bayes.logit_gibbs`; ``tune`` is burn-in, default 200)."""
+        sampler = sampler or self.default_sampler
         if sampler not in SAMPLERS:
             raise ValueError(f"unknown sampler {sampler!r}; use one of {', '.join(SAMPLERS)}")
-        kwargs = {**self.default_fit, **kwargs}
-        model = self.build()
         t0 = time.perf_counter()
-        with model:
-            self.idata = pm.sample(draws=draws, tune=tune, chains=chains, nuts_sampler=sampler,
-                                   random_seed=random_seed, progressbar=progressbar, **kwargs)
+        if sampler in self.own_samplers:
+            tune = GIBBS_TUNE if tune is None else tune
+            self.idata, stats = self.sample_own(sampler, draws=draws, tune=tune, chains=chains,
+                                                random_seed=random_seed, progressbar=progressbar, **kwargs)
+        elif sampler == "gibbs":
+            raise ValueError(f"{type(self).__name__} has no Gibbs sampler; use nutpie, pymc, numpyro or blackjax")
+        else:
+            import pymc as pm
+            tune = NUTS_TUNE if tune is None else tune
+            kwargs = {**self.default_fit, **kwargs}
+            with self.build():
+                self.idata = pm.sample(draws=draws, tune=tune, chains=chains, nuts_sampler=sampler,
+                                       random_seed=random_seed, progressbar=progressbar, **kwargs)
+            stats = {}
         self.sampler = {"sampler": sampler, "draws": draws, "tune": tune, "chains": chains,
-                        "random_seed": random_seed, "wall_s": time.perf_counter() - t0, **kwargs}
+                        "random_seed": random_seed, "wall_s": time.perf_counter() - t0, **kwargs, **stats}
         self.diagnostics = check_convergence(self.idata, self.check_vars)
         if not self.diagnostics["ok"]:
             warnings.warn(f"{self.name}: convergence checks FAILED: {'; '.join(self.diagnostics['problems'])}",
                           ConvergenceWarning, stacklevel=2)
         return self.idata
+
+    def sample_own(self, sampler: str, **kwargs: Any) -> tuple[Any, dict[str, Any]]:
+        """(posterior as an ArviZ DataTree, sampler statistics for the manifest)."""
+        raise NotImplementedError
 
     def summary(self) -> pd.DataFrame:
         """The model's headline table, with a ``converged`` column from the checks."""

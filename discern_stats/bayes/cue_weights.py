@@ -19,6 +19,12 @@ cues) are aggregated into binomial counts — exact, because such rows share eve
 and group index. The counts enter through the binomial kernel k * eta - n * log(1 + e^eta)
 (the log binomial coefficient is a constant of the data and is left out).
 
+`build` writes this model in PyMC (sampled by NUTS with ``fit(sampler="nutpie")``, "pymc",
+"numpyro" or "blackjax"). The default sampler is `discern_stats.bayes.logit_gibbs`, an exact
+blocked Metropolis-within-Gibbs sampler for the same posterior (`logit_design` lays the model
+out for it, with the same priors); it reaches the convergence targets many times sooner
+(BENCHMARKS.md) and its draws carry the PyMC model's variable names.
+
 Weights are reported on the logit scale and as average marginal effects in percentage
 points: AME_k = mean over the LLM's rows of the block that manipulates k of
 logistic(eta | x_k = +0.5) - logistic(eta | x_k = -0.5), with 94% HDIs.
@@ -26,6 +32,7 @@ logistic(eta | x_k = +0.5) - logistic(eta | x_k = -0.5), with 94% HDIs.
 
 from __future__ import annotations
 
+from contextlib import contextmanager
 from typing import Any
 
 import numpy as np
@@ -33,6 +40,7 @@ import pandas as pd
 
 from ..coding import CUES, block_of, cue_codes
 from .base import HDI_PROB, BayesModel, hdi_columns
+from .logit_gibbs import LogitDesign, logit_gibbs
 
 CHOICE_TRACKS = ("factorial", "swap", "competition")
 BLOCK_CUES = {"factorial": ["R", "Q", "I"], "swap": ["history"], "order-time": ["order", "time"],
@@ -49,6 +57,18 @@ def choice_table(df: pd.DataFrame, tracks: tuple[str, ...] = CHOICE_TRACKS) -> p
     return out
 
 
+@contextmanager
+def _progress(show: bool, label: str):
+    """A rich progress bar fed by `logit_gibbs`'s ``progress(done, total)`` callback."""
+    if not show:
+        yield None
+        return
+    from rich.progress import Progress
+    with Progress() as bar:
+        task = bar.add_task(label, total=None)
+        yield lambda done, total: bar.update(task, completed=done, total=total)
+
+
 def _logistic(x: np.ndarray) -> np.ndarray:
     return 1.0 / (1.0 + np.exp(-x))
 
@@ -63,6 +83,10 @@ class CueWeightModel(BayesModel):
                                       "delta_sd": 1.5}
     check_vars = ["mu", "tau", "beta", "alpha", "sigma_u", "delta", "gamma"]
     default_fit = {"target_accept": 0.95}
+    # measured (BENCHMARKS.md): on 78,000 choices the Gibbs sampler reaches the convergence
+    # targets 10x+ sooner than NUTS; `fit(sampler="nutpie")` samples the PyMC model instead
+    default_sampler = "gibbs"
+    own_samplers = ("gibbs",)
 
     def prepare(self, df: pd.DataFrame) -> pd.DataFrame:
         if "world_id" in df.columns and "probe" in df.columns:
@@ -141,6 +165,69 @@ class CueWeightModel(BayesModel):
             k, n = d["k"].to_numpy(), d["n"].to_numpy()
             pm.Potential("chose_B_loglik", (k * eta - n * pm.math.log1pexp(eta)).sum())
         return m
+
+    def logit_design(self) -> tuple[LogitDesign, dict[str, Any]]:
+        """The model of `build` in the layout of `logit_gibbs`: per LLM, the parameter vector
+        [alpha (block) | beta (cue) | delta (intervention_shift x cue) | gamma (intervention_shift)],
+        with the same priors."""
+        c, d = self.config, self.data
+        ix = self._index()
+        self.index = ix
+        N, B, K = len(d), len(ix["block"]), len(ix["cue"])
+        V1 = len(ix["intervention"]) - 1 if self.interactions else 0
+        X = ix["X"]
+        blocks = [np.eye(B)[ix["i_block"]], X]
+        if V1:
+            iv = ix["i_iv"].astype(np.int64)
+            onehot = np.zeros((N, V1))
+            onehot[iv > 0, iv[iv > 0] - 1] = 1.0
+            blocks += [(onehot[:, :, None] * X[:, None, :]).reshape(N, V1 * K), onehot]
+        A = np.hstack(blocks)
+        sd = np.r_[np.full(B, c["alpha_sd"]), np.ones(K), np.full(V1 * K, c["delta_sd"]), np.ones(V1)]
+        design = LogitDesign(A=A, llm=ix["i_llm"], world=ix["i_world"], k=d["k"].to_numpy(), n=d["n"].to_numpy(),
+                             n_llm=len(ix["llm"]), n_world=len(ix["world"]), prior_mean=np.zeros(A.shape[1]),
+                             prior_sd=sd, pooled=np.arange(B, B + K), intercepts=np.arange(B), mu_sd=c["mu_sd"],
+                             tau_shape=c["tau_shape"], tau_rate=c["tau_shape"] / c["tau_sd"],
+                             sigma_sd=c["sigma_u_sd"], world_effects=bool(c["world_effects"]))
+        return design, {"B": B, "K": K, "V1": V1}
+
+    def sample_own(self, sampler: str, *, draws: int, tune: int, chains: int, random_seed: int,
+                   progressbar: bool = False, **kwargs: Any) -> tuple[Any, dict[str, Any]]:
+        """Sample with `logit_gibbs` and name the draws as the PyMC model of `build` does."""
+        import arviz as az
+        unknown = set(kwargs) - {"newton_u", "newton_sigma"}
+        if unknown:
+            raise TypeError(f"the gibbs sampler takes no option(s) {sorted(unknown)} (NUTS options such as "
+                            f"target_accept apply to nutpie, pymc, numpyro and blackjax)")
+        design, lay = self.logit_design()
+        ix = self.index
+        B, K, V1 = lay["B"], lay["K"], lay["V1"]
+        with _progress(progressbar, f"{self.name}: Gibbs sampling") as step:
+            out = logit_gibbs(design, draws=draws, tune=tune, chains=chains, random_seed=random_seed,
+                              progress=step, **kwargs)
+        th = out["theta"]
+        C, S, L = th.shape[:3]
+        post = {"mu": out["mu"], "tau": out["tau"], "beta": th[..., B:B + K], "alpha": th[..., :B]}
+        dims = {"mu": ["cue"], "tau": ["cue"], "beta": ["llm", "cue"], "alpha": ["llm", "block"]}
+        if not self.config["centered_weights"]:
+            post["z"] = (post["beta"] - out["mu"][:, :, None, :]) / out["tau"][:, :, None, :]
+            dims["z"] = ["llm", "cue"]
+        if V1:
+            post["delta"] = th[..., B + K:B + K + V1 * K].reshape(C, S, L, V1, K)
+            post["gamma"] = th[..., B + K + V1 * K:]
+            dims |= {"delta": ["llm", "intervention_shift", "cue"], "gamma": ["llm", "intervention_shift"]}
+        if design.world_effects:
+            post["sigma_u"] = out["sigma"]
+            post["z_u"] = out["u"] / out["sigma"][..., None]
+            dims |= {"sigma_u": ["llm"], "z_u": ["llm", "world"]}
+        coords = {"llm": ix["llm"], "cue": ix["cue"], "block": ix["block"], "world": ix["world"],
+                  "intervention_shift": ix["intervention"][1:]}
+        idata = az.from_dict({"posterior": post}, coords=coords, dims=dims)
+        stats = {"acceptance": {k.removeprefix("accept_"): round(float(np.min(out[k])), 4)
+                                for k in ("accept_theta", "accept_u", "accept_sigma") if k in out
+                                and (design.world_effects or k == "accept_theta")}}
+        stats["acceptance_note"] = "minimum over chains (and LLMs) of the Metropolis-Hastings acceptance rates"
+        return idata, stats
 
     # -- posterior quantities
     def _eta_draws(self, rows: np.ndarray, iv_index: int) -> tuple[np.ndarray, np.ndarray]:

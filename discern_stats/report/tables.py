@@ -192,7 +192,9 @@ def diagnostics_frame(ctx: ReportContext) -> pd.DataFrame:
         d = m.diagnostics
         rows.append({"model": kind, "status": "converged" if d["ok"] else "NOT CONVERGED: " + "; ".join(d["problems"]),
                      "max R-hat": d["max_rhat"], "min bulk ESS": d["min_ess_bulk"], "min tail ESS": d["min_ess_tail"],
-                     "divergences": d["divergences"], "sampler": m.sampler.get("sampler"),
+                     "divergences": d["divergences"] if m.sampler.get("sampler") != "gibbs" else "n/a (Gibbs)",
+                     "sampler": m.sampler.get("sampler"),
+                     "min MH acceptance": ", ".join(f"{k} {v:.2f}" for k, v in m.sampler.get("acceptance", {}).items()),
                      "draws x chains": f"{m.sampler.get('draws')} x {m.sampler.get('chains')}",
                      "wall s": m.sampler.get("wall_s")})
     return pd.DataFrame(rows)
