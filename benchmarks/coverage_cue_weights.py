@@ -41,8 +41,8 @@ def main() -> None:
             lo, hi = hdi_columns(beta[:, i, [m.index["cue"].index(c) for c in CUES5]])
             inside += int(((w[i] >= lo) & (w[i] <= hi)).sum())
             total += len(CUES5)
-        print(f"set {s + 1}/{a.sets}: running coverage {inside / total:.3f} ({inside}/{total}); converged {ok}/{s + 1}",
-              flush=True)
+        print(f"set {s + 1}/{a.sets}: running coverage {inside / total:.3f} ({inside}/{total}); converged {ok}/{s + 1}"
+              + ("" if m.diagnostics["ok"] else f" (this set: {'; '.join(m.diagnostics['problems'])})"), flush=True)
 
 
 if __name__ == "__main__":
