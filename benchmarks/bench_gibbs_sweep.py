@@ -36,7 +36,7 @@ def main() -> None:
     out = np.zeros((C, G))
     res, wgt = np.zeros_like(tab), np.zeros_like(tab)
     for name, fn, args in (("log-likelihood pass", lg._loglik_groups, (tab, cells.lr, ug, cells.gidx, cells.k, cells.n, out)),
-                           ("Newton pass", lg._sums_by_row, (tab, cells.lr, ug, cells.gidx, cells.k, cells.n, res, wgt))):
+                           ("Newton pass", lg._sums_by, (tab, cells.lr, ug, cells.gidx, cells.lr, cells.k, cells.n, res, wgt))):
         fn(*args)
         t = time.perf_counter()
         for _ in range(a.repeat):

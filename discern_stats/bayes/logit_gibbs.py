@@ -113,23 +113,14 @@ def _log1pexp(x: float) -> float:
 
 
 @numba.njit(cache=True, nogil=True, parallel=True)
-def _sums_by_row(tab, lr, ug, gidx, k, n, res, wgt):  # pragma: no cover - compiled
-    """res[c, lr] += k - n p, wgt[c, lr] += n p (1 - p), p = logistic(tab[c, lr] + ug[c, g])."""
+def _sums_by(tab, lr, ug, gidx, bins, k, n, res, wgt):  # pragma: no cover - compiled
+    """res[c, b] += k - n p, wgt[c, b] += n p (1 - p) over the cells of each bin b = bins[i]
+    (design row or world group), p = logistic(tab[c, lr] + ug[c, g])."""
     for c in numba.prange(tab.shape[0]):  # chains in parallel
         for i in range(lr.shape[0]):
             p = 1.0 / (1.0 + np.exp(-(tab[c, lr[i]] + ug[c, gidx[i]])))
-            res[c, lr[i]] += k[i] - n[i] * p
-            wgt[c, lr[i]] += n[i] * p * (1.0 - p)
-
-
-@numba.njit(cache=True, nogil=True, parallel=True)
-def _sums_by_group(tab, lr, ug, gidx, k, n, res, wgt):  # pragma: no cover - compiled
-    """As `_sums_by_row`, summed by world group g instead of design row."""
-    for c in numba.prange(tab.shape[0]):  # chains in parallel
-        for i in range(lr.shape[0]):
-            p = 1.0 / (1.0 + np.exp(-(tab[c, lr[i]] + ug[c, gidx[i]])))
-            res[c, gidx[i]] += k[i] - n[i] * p
-            wgt[c, gidx[i]] += n[i] * p * (1.0 - p)
+            res[c, bins[i]] += k[i] - n[i] * p
+            wgt[c, bins[i]] += n[i] * p * (1.0 - p)
 
 
 @numba.njit(cache=True, nogil=True, parallel=True)
@@ -261,7 +252,7 @@ def _theta_newton_terms(theta, cells: _Cells, ug, gidx, prec, mean):
     tab = np.einsum("clp,rp->clr", theta, cells.U).reshape(C, -1)
     res = np.zeros_like(tab)
     wgt = np.zeros_like(tab)
-    _sums_by_row(tab, cells.lr, ug, gidx, cells.k, cells.n, res, wgt)
+    _sums_by(tab, cells.lr, ug, gidx, cells.lr, cells.k, cells.n, res, wgt)
     res, wgt = res.reshape(C, L, -1), wgt.reshape(C, L, -1)
     grad = res @ cells.U - prec * (theta - mean)
     H = (wgt @ cells.UU).reshape(C, L, P, P)
@@ -349,7 +340,7 @@ def logit_gibbs(design: LogitDesign, *, draws: int = 1000, tune: int = 100, chai
             for _ in range(newton_u):
                 res = np.zeros((C, G))
                 h = np.zeros((C, G))
-                _sums_by_group(tab, cells.lr, mg, gidx, cells.k, cells.n, res, h)
+                _sums_by(tab, cells.lr, mg, gidx, gidx, cells.k, cells.n, res, h)
                 h += iv2
                 mg = mg + (res - iv2 * mg) / h
             up = mg + rng.standard_normal((C, G)) / np.sqrt(h)
