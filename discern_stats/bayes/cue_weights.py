@@ -195,13 +195,18 @@ class CueWeightModel(BayesModel):
                    progressbar: bool = False, **kwargs: Any) -> tuple[Any, dict[str, Any]]:
         """Sample with `logit_gibbs` and name the draws as the PyMC model of `build` does."""
         import arviz as az
-        unknown = set(kwargs) - {"newton_u", "newton_sigma"}
+        unknown = set(kwargs) - {"newton_theta", "theta_tries", "newton_u", "newton_sigma"}
         if unknown:
             raise TypeError(f"the gibbs sampler takes no option(s) {sorted(unknown)} (NUTS options such as "
                             f"target_accept apply to nutpie, pymc, numpyro and blackjax)")
         design, lay = self.logit_design()
         ix = self.index
         B, K, V1 = lay["B"], lay["K"], lay["V1"]
+        # with intervention interactions each LLM's block is 5-6x larger (53 parameters on the
+        # demo data) and its acceptance fell to 0.60; a second proposal per sweep (one more pass)
+        # doubled the worst ESS there (BENCHMARKS.md). Without them (9 parameters, acceptance
+        # 0.95 on the benchmark data) one proposal is enough.
+        kwargs.setdefault("theta_tries", 2 if V1 else 1)
         with _progress(progressbar, f"{self.name}: Gibbs sampling") as step:
             out = logit_gibbs(design, draws=draws, tune=tune, chains=chains, random_seed=random_seed,
                               progress=step, **kwargs)

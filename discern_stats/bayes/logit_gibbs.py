@@ -261,7 +261,8 @@ def _theta_newton_terms(theta, cells: _Cells, ug, gidx, prec, mean):
 
 
 def logit_gibbs(design: LogitDesign, *, draws: int = 1000, tune: int = 100, chains: int = 4,
-                random_seed: int | None = 0, newton_u: int = 1, newton_sigma: int = 1,
+                random_seed: int | None = 0, newton_theta: int = 1, theta_tries: int = 1, newton_u: int = 1,
+                newton_sigma: int = 1,
                 progress: Callable[[int, int], None] | None = None) -> dict[str, np.ndarray]:
     """Sample the posterior of ``design``'s model (see the module docstring).
 
@@ -271,10 +272,14 @@ def logit_gibbs(design: LogitDesign, *, draws: int = 1000, tune: int = 100, chai
     mean over world groups) and ``accept_sigma`` (chain, llm). The first ``tune`` sweeps of
     each chain are burn-in and discarded; the proposals' starting points are the pilot mode
     until the middle of burn-in and the mean of its second half from then on (fixed for every
-    kept draw). ``newton_u`` and ``newton_sigma`` set the Newton steps behind the world-effect
-    and scale proposals (more: higher acceptance, one pass over the cells each)."""
+    kept draw). ``newton_theta``, ``newton_u`` and ``newton_sigma`` set the Newton steps behind
+    the proposals (more: higher acceptance, one pass over the cells each); ``theta_tries``
+    repeats the theta step with fresh proposals from the same Gaussian (one pass each), for
+    large blocks whose acceptance is low."""
     if draws < 1 or tune < 0 or chains < 1:
         raise ValueError("logit_gibbs needs draws >= 1, tune >= 0 and chains >= 1")
+    if min(newton_theta, theta_tries, newton_u, newton_sigma) < 1:
+        raise ValueError("logit_gibbs needs newton_theta, theta_tries, newton_u and newton_sigma >= 1")
     d = design
     cells = _Cells(d)
     rng = np.random.default_rng(random_seed)
@@ -316,22 +321,25 @@ def logit_gibbs(design: LogitDesign, *, draws: int = 1000, tune: int = 100, chai
         mean = np.broadcast_to(d.prior_mean, (C, L, P)).copy()
         prec[..., d.pooled] = (1.0 / tau ** 2)[:, None, :]
         mean[..., d.pooled] = mu[:, None, :]
-        grad, H = _theta_newton_terms(start_theta, cells, ug, gidx, prec, mean)
-        m = start_theta + np.linalg.solve(H, grad[..., None])[..., 0]
+        m = start_theta
+        for _ in range(newton_theta):
+            grad, H = _theta_newton_terms(m, cells, ug, gidx, prec, mean)
+            m = m + np.linalg.solve(H, grad[..., None])[..., 0]
         chol = np.linalg.cholesky(H)  # H = chol chol'; draw m + chol'^-1 z
-        prop = m + np.linalg.solve(np.swapaxes(chol, -1, -2), rng.standard_normal((C, L, P))[..., None])[..., 0]
-        _loglik_groups(np.einsum("clp,rp->clr", prop, cells.U).reshape(C, -1), cells.lr, ug, gidx,
-                       cells.k, cells.n, ll_new)
-        lp_new = np.add.reduceat(ll_new, cells.glstart, axis=1) - 0.5 * (prec * (prop - mean) ** 2).sum(-1)
-        lp_old = np.add.reduceat(ll, cells.glstart, axis=1) - 0.5 * (prec * (theta - mean) ** 2).sum(-1)
-        dq_new = np.einsum("clp,clpq,clq->cl", prop - m, H, prop - m)
-        dq_old = np.einsum("clp,clpq,clq->cl", theta - m, H, theta - m)
-        log_a = lp_new - lp_old + 0.5 * (dq_new - dq_old)
-        ok = np.log(rng.random((C, L))) < log_a
-        theta = np.where(ok[..., None], prop, theta)
-        ll = np.where(ok[:, cells.gl], ll_new, ll)
-        if it >= tune:
-            acc_theta += ok
+        for _ in range(theta_tries):  # repeated independence MH steps, each leaving p(theta | u) invariant
+            prop = m + np.linalg.solve(np.swapaxes(chol, -1, -2), rng.standard_normal((C, L, P))[..., None])[..., 0]
+            _loglik_groups(np.einsum("clp,rp->clr", prop, cells.U).reshape(C, -1), cells.lr, ug, gidx,
+                           cells.k, cells.n, ll_new)
+            lp_new = np.add.reduceat(ll_new, cells.glstart, axis=1) - 0.5 * (prec * (prop - mean) ** 2).sum(-1)
+            lp_old = np.add.reduceat(ll, cells.glstart, axis=1) - 0.5 * (prec * (theta - mean) ** 2).sum(-1)
+            dq_new = np.einsum("clp,clpq,clq->cl", prop - m, H, prop - m)
+            dq_old = np.einsum("clp,clpq,clq->cl", theta - m, H, theta - m)
+            log_a = lp_new - lp_old + 0.5 * (dq_new - dq_old)
+            ok = np.log(rng.random((C, L))) < log_a
+            theta = np.where(ok[..., None], prop, theta)
+            ll = np.where(ok[:, cells.gl], ll_new, ll)
+            if it >= tune:
+                acc_theta += ok / theta_tries
         if we:
             # 2. u | theta: independence MH per world group, Newton proposal from 0
             tab = np.einsum("clp,rp->clr", theta, cells.U).reshape(C, -1)
