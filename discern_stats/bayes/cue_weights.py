@@ -229,8 +229,7 @@ class CueWeightModel(BayesModel):
                   "intervention_shift": ix["intervention"][1:]}
         idata = az.from_dict({"posterior": post}, coords=coords, dims=dims)
         stats = {"acceptance": {k.removeprefix("accept_"): round(float(np.min(out[k])), 4)
-                                for k in ("accept_theta", "accept_u", "accept_sigma") if k in out
-                                and (design.world_effects or k == "accept_theta")}}
+                                for k in ("accept_theta", "accept_u", "accept_sigma") if k in out}}
         stats["acceptance_note"] = "minimum over chains (and LLMs) of the Metropolis-Hastings acceptance rates"
         return idata, stats
 

@@ -246,10 +246,15 @@ def _pilot(d: LogitDesign, cells: _Cells, iters: int = 25) -> np.ndarray:
     return theta[0]
 
 
+def _table(theta: np.ndarray, cells: _Cells) -> np.ndarray:
+    """(C x L*R) linear predictor a' theta[l] of every (LLM, distinct design row) pair."""
+    return np.einsum("clp,rp->clr", theta, cells.U).reshape(len(theta), -1)
+
+
 def _theta_newton_terms(theta, cells: _Cells, ug, gidx, prec, mean):
     """Gradient and negative Hessian of log p(theta | u) at ``theta`` (C x L x P)."""
     C, L, P = theta.shape
-    tab = np.einsum("clp,rp->clr", theta, cells.U).reshape(C, -1)
+    tab = _table(theta, cells)
     res = np.zeros_like(tab)
     wgt = np.zeros_like(tab)
     _sums_by(tab, cells.lr, ug, gidx, cells.lr, cells.k, cells.n, res, wgt)
@@ -268,8 +273,8 @@ def logit_gibbs(design: LogitDesign, *, draws: int = 1000, tune: int = 100, chai
 
     Returns arrays with leading (chain, draw) axes: ``theta`` (llm, P), ``mu`` and ``tau``
     (pooled columns), with world effects ``sigma`` (llm) and ``u`` (llm, world), and the
-    Metropolis-Hastings acceptance rates ``accept_theta`` (chain, llm), ``accept_u`` (chain:
-    mean over world groups) and ``accept_sigma`` (chain, llm). The first ``tune`` sweeps of
+    Metropolis-Hastings acceptance rates ``accept_theta`` (chain, llm), and with world effects
+    ``accept_u`` (chain: mean over world groups) and ``accept_sigma`` (chain, llm). The first ``tune`` sweeps of
     each chain are burn-in and discarded; the proposals' starting points are the pilot mode
     until the middle of burn-in and the mean of its second half from then on (fixed for every
     kept draw). ``newton_theta``, ``newton_u`` and ``newton_sigma`` set the Newton steps behind
@@ -284,7 +289,7 @@ def logit_gibbs(design: LogitDesign, *, draws: int = 1000, tune: int = 100, chai
     cells = _Cells(d)
     rng = np.random.default_rng(random_seed)
     C, L, W, P = chains, d.n_llm, d.n_world, d.A.shape[1]
-    G, N = len(cells.gstart), len(cells.k)
+    G = len(cells.gstart)
     K = len(d.pooled)
     theta0 = _pilot(d, cells)
     fixed_prec = 1.0 / d.prior_sd ** 2
@@ -298,7 +303,7 @@ def logit_gibbs(design: LogitDesign, *, draws: int = 1000, tune: int = 100, chai
     ug = np.zeros((C, G))  # world effects of the (LLM, world) groups with cells; stay 0 without them
     u = np.zeros((C, L, W))
     ll = np.empty((C, G))  # log-likelihood of the current state, by group
-    _loglik_groups(np.einsum("clp,rp->clr", theta, cells.U).reshape(C, -1), cells.lr, ug, gidx, cells.k, cells.n, ll)
+    _loglik_groups(_table(theta, cells), cells.lr, ug, gidx, cells.k, cells.n, ll)
     out = {"theta": np.empty((C, draws, L, P)), "mu": np.empty((C, draws, K)), "tau": np.empty((C, draws, K))}
     if we:
         out["sigma"] = np.empty((C, draws, L))
@@ -328,7 +333,7 @@ def logit_gibbs(design: LogitDesign, *, draws: int = 1000, tune: int = 100, chai
         chol = np.linalg.cholesky(H)  # H = chol chol'; draw m + chol'^-1 z
         for _ in range(theta_tries):  # repeated independence MH steps, each leaving p(theta | u) invariant
             prop = m + np.linalg.solve(np.swapaxes(chol, -1, -2), rng.standard_normal((C, L, P))[..., None])[..., 0]
-            _loglik_groups(np.einsum("clp,rp->clr", prop, cells.U).reshape(C, -1), cells.lr, ug, gidx,
+            _loglik_groups(_table(prop, cells), cells.lr, ug, gidx,
                            cells.k, cells.n, ll_new)
             lp_new = np.add.reduceat(ll_new, cells.glstart, axis=1) - 0.5 * (prec * (prop - mean) ** 2).sum(-1)
             lp_old = np.add.reduceat(ll, cells.glstart, axis=1) - 0.5 * (prec * (theta - mean) ** 2).sum(-1)
@@ -342,7 +347,7 @@ def logit_gibbs(design: LogitDesign, *, draws: int = 1000, tune: int = 100, chai
                 acc_theta += ok / theta_tries
         if we:
             # 2. u | theta: independence MH per world group, Newton proposal from 0
-            tab = np.einsum("clp,rp->clr", theta, cells.U).reshape(C, -1)
+            tab = _table(theta, cells)
             iv2 = 1.0 / sigma[:, cells.gl] ** 2
             mg = np.zeros((C, G))
             for _ in range(newton_u):
@@ -381,7 +386,7 @@ def logit_gibbs(design: LogitDesign, *, draws: int = 1000, tune: int = 100, chai
             # Newton proposal of log p(sigma | z) = loglik(e + sigma z) - sigma^2 / (2 s0^2)
             z = u / sigma[..., None]
             zg = z[:, cells.gl, cells.gw]
-            tab = np.einsum("clp,rp->clr", theta, cells.U).reshape(C, -1)  # intercepts moved in step 3
+            tab = _table(theta, cells)  # intercepts moved in step 3
             ms = start_sigma
             for _ in range(newton_sigma):
                 res = np.zeros((C, L))
@@ -423,6 +428,7 @@ def logit_gibbs(design: LogitDesign, *, draws: int = 1000, tune: int = 100, chai
         if progress is not None:
             progress(it + 1, total)
     out["accept_theta"] = acc_theta / draws
-    out["accept_u"] = acc_u / draws
-    out["accept_sigma"] = acc_sigma / draws
+    if we:
+        out["accept_u"] = acc_u / draws
+        out["accept_sigma"] = acc_sigma / draws
     return out
