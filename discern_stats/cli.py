@@ -12,7 +12,7 @@ from rich.console import Console
 from rich.table import Table
 
 from .db import DEFAULT_DB_URL
-from .errors import DiscernError
+from .errors import DiscernError, InputError
 
 console = Console()
 err_console = Console(stderr=True)
@@ -223,7 +223,12 @@ def metrics_cmd(design: str = typer.Argument(..., help="l2d or cue"),
                 out: Path = typer.Option(..., "--out", help="output .csv or .parquet"),
                 resamples: int = typer.Option(5000, "--resamples", help="bootstrap resamples (0: no intervals)"),
                 seed: int = typer.Option(0, "--seed", help="bootstrap seed"),
-                method: str = typer.Option("percentile", "--method", help="percentile or bca"),
+                method: Optional[str] = typer.Option(None, "--method",
+                                                     help="interval method. l2d: crossed (default: items x sources), "
+                                                          "percentile or bca (items only); cue: percentile (default) or bca"),
+                subgroup: list[str] = typer.Option([], "--subgroup",
+                                                   help="l2d: also the gaps between the two levels of this item tag "
+                                                        "(e.g. oecd, era; repeatable), appended to the table"),
                 tol: float = typer.Option(0.0, "--tol", help="Design A: relative tolerance of 'equal to the truth'"),
                 contrasts_out: Optional[Path] = typer.Option(None, "--contrasts-out",
                                                              help="Design B: also write the Holm-corrected intervention contrasts here"),
@@ -231,6 +236,8 @@ def metrics_cmd(design: str = typer.Argument(..., help="l2d or cue"),
     """The metric tables of SPEC with cluster-bootstrap intervals (CSV/parquet by extension).
 
     Example: `discern-stats metrics cue --out cue_metrics.csv --resamples 5000 --contrasts-out contrasts.csv`
+
+    Example: `discern-stats metrics l2d --out l2d_metrics.csv --subgroup oecd --subgroup era`
     """
     from .interchange import write_table
     from .stats import holm_contrasts, metrics
@@ -239,10 +246,19 @@ def metrics_cmd(design: str = typer.Argument(..., help="l2d or cue"),
         df = _open(db).trials(d)
         if df.empty:
             raise DiscernError(f"no finished {d} trials in the database")
-        kw = {"n_resamples": resamples, "seed": seed, "method": method}
+        kw = {"n_resamples": resamples, "seed": seed}
+        if method is not None:
+            kw["method"] = method
         if d == "l2d":
             kw["tol"] = tol
+        elif subgroup:
+            raise InputError("--subgroup applies to Design A (l2d) only")
         table = metrics(d, df, **kw)
+        if subgroup:
+            import pandas as pd
+
+            from .stats import subgroup_gaps
+            table = pd.concat([table] + [subgroup_gaps(df, tag, **kw) for tag in subgroup], ignore_index=True)
         write_table(table, out)
         console.print(f"wrote {len(table)} metric rows to {out}")
         if contrasts_out is not None and d == "cue":
@@ -256,7 +272,7 @@ def metrics_cmd(design: str = typer.Argument(..., help="l2d or cue"),
 @app.command("demo")
 def demo_cmd(out: Path = typer.Option(Path("demo_out"), "--out", help="folder for the demo database and tables"),
              worlds: int = typer.Option(30, "--worlds", help="Design B worlds (the full bank is 500)"),
-             resamples: int = typer.Option(2000, "--resamples", help="bootstrap resamples"),
+             resamples: int = typer.Option(5000, "--resamples", help="bootstrap resamples"),
              seed: int = typer.Option(0, "--seed", help="design and bootstrap seed"),
              models_dir: Path = typer.Option(Path("models"), "--models", help="folder for the saved fits"),
              fit: bool = typer.Option(True, "--fit/--no-fit", help="fit the three Bayesian models"),
@@ -332,7 +348,7 @@ def fit_cmd(model: str = typer.Argument(..., help="cue, discernment or intervent
 @app.command("report")
 def report_cmd(models_dir: Path = typer.Option(Path("models"), "--models", help="folder of saved fits"),
                out: Optional[Path] = typer.Option(None, "--out", help="output folder (default _site/)"),
-               resamples: int = typer.Option(2000, "--resamples", help="bootstrap resamples for the tables"),
+               resamples: int = typer.Option(5000, "--resamples", help="bootstrap resamples for the tables"),
                fallback: bool = typer.Option(False, "--fallback", help="use the fallback renderer even if quarto is on PATH"),
                project: Path = typer.Option(Path("."), "--project", help="the Quarto project root (with _quarto.yml)"),
                db: str = typer.Option("sqlite:///demo_out/trials.db", "--db", help="SQLAlchemy URL of the trial database")) -> None:

@@ -27,7 +27,7 @@ def _spec_path(name: str) -> Path:
     return Path(str(resources.files("discern_stats.data").joinpath(name)))
 
 
-def run_demo(out: Path | str = "demo_out", *, worlds: int = 30, resamples: int = 2000, seed: int = 0,
+def run_demo(out: Path | str = "demo_out", *, worlds: int = 30, resamples: int = 5000, seed: int = 0,
              console: Console | None = None, models_dir: Path | str = "models", fit: bool = True,
              report: bool = True, draws: int = 1000, chains: int = 2, project: Path | str = ".") -> dict[str, Path]:
     console = console or Console()

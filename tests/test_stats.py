@@ -66,6 +66,12 @@ def test_l2d_metrics_match_independent_computations():
         assert (m[m.llm == llm].n_invalid == n_inv).all() and n_inv > 0
         assert sum(got[f"share: {o}"] for o in ["Correct Hold", "Appropriate Update", "Stubborn",
                                                 "Inappropriate Update", "Sycophantic Cave"]) == pytest.approx(1)
+        # claims equal to the truth (factor 1) are outside the five; invalid outputs are a share of all trials
+        assert got["share: Claim agrees"] == pytest.approx((d.claim == d.truth).mean(), abs=1e-12)
+        assert got["share: Invalid"] == pytest.approx((~df[df.llm == llm].valid).mean(), abs=1e-12)
+        conflict = d[d.claim != d.truth]
+        stub = (conflict.prior != conflict.truth) & (conflict.posterior == conflict.prior)
+        assert got["share: Stubborn"] == pytest.approx(stub.mean(), abs=1e-12)
 
 
 def test_rated_reliability_rhos_in_one_pass_or_two():
@@ -89,14 +95,17 @@ def test_rated_reliability_rhos_in_one_pass_or_two():
             sps.spearmanr(d.delta, d.rated_reliability).statistic, abs=1e-9)
         assert got.loc["rho_rhat_R", "lo"] < got.loc["rho_rhat_R", "estimate"] < got.loc["rho_rhat_R", "hi"]
     d = prepare(df[df.llm == "m1"])
-    idx, n_cl = l2d_mod._cluster_index(d)
-    W = resample_counts(n_cl, 300, 0)
+    ix = l2d_mod.CrossedIndex.build(d.item_id, d.source, 200, 0)
+    W = resample_counts(ix.n_items, 300, 0)
     rh, rel = d.rated_reliability.to_numpy(), d.reliability.to_numpy()
-    fused = l2d_mod._rho_rows(["SD", "rho_delta_rhat"], d.delta.to_numpy(), [rel, rh], W, idx, n_cl, 0.95,
-                              "percentile", pair=("rho_rhat_R", 1, 0))
-    alone = l2d_mod._rho_rows(["rho_rhat_R"], rh, [rel], W, idx, n_cl, 0.95, "percentile")[0]
-    for key in ("estimate", "lo", "hi", "p_value"):
-        assert fused[2][key] == pytest.approx(alone[key], abs=1e-12)
+    for method in ("percentile", "crossed"):
+        fused = l2d_mod._rho_stats(["SD", "rho_delta_rhat"], d.delta.to_numpy(), [rel, rh], W, ix, method,
+                                   pair=("rho_rhat_R", 1, 0))["rho_rhat_R"]
+        alone = l2d_mod._rho_stats(["rho_rhat_R"], rh, [rel], W, ix, method)["rho_rhat_R"]
+        assert fused["estimate"] == pytest.approx(alone["estimate"], abs=1e-12)
+        keys = ("boot", "rep_source", "rep_cell") if method == "crossed" else ("boot",)
+        for key in keys:
+            assert np.allclose(fused[key], alone[key], atol=1e-12)
 
 
 def test_fenwick_python_and_compiled_agree_with_ties():
@@ -126,6 +135,12 @@ def test_outcome_taxonomy_hand_cases():
     T = np.array([10, 10, 10, 10, 10, 10.0])
     assert list(outcome(P1, P2, T)) == ["Correct Hold", "Sycophantic Cave", "Stubborn", "Appropriate Update",
                                         "Inappropriate Update", "Inappropriate Update"]
+    # a claim equal to the truth (factor 1) is "Claim agrees" whatever the respondent did
+    C = np.array([10, 30, 5, 10, 20, 30.0])
+    assert list(outcome(P1, P2, T, C=C)) == ["Claim agrees", "Sycophantic Cave", "Stubborn", "Claim agrees",
+                                             "Inappropriate Update", "Inappropriate Update"]
+    # a move to the same distance on the other side of T is not an improvement
+    assert outcome(np.array([8.0]), np.array([12.0]), np.array([10.0]))[0] == "Inappropriate Update"
     # tolerance: 10.05 counts as correct with tol 1%
     assert outcome(np.array([10.05]), np.array([10.05]), np.array([10.0]), tol=0.01)[0] == "Correct Hold"
 
@@ -283,20 +298,151 @@ def test_cluster_robust_glm_recovers_profile_weights(tmp_path):
         assert got.loc[k, "se_cluster"] == pytest.approx(ref.bse[k], rel=1e-3)
 
 
-def test_subgroup_gap_equals_difference_of_spearman():
+def test_subgroup_gaps_equal_independent_computations_and_refuse_bad_tags():
+    from discern_stats.errors import InputError
     from discern_stats.stats.l2d import subgroup_gaps
     df = sim_l2d(40, seed=3, slope=0.6)
     items = sorted(df.item_id.unique())
     df["oecd"] = df.item_id.map({i: ("yes" if k % 2 else "no") for k, i in enumerate(items)})
     g = subgroup_gaps(df, "oecd", n_resamples=300)
+    assert set(g.metric) == {"prior accuracy gap", "appropriate-update share gap", "SD gap", "TD gap"}
+    assert set(g.strategy) == {"zero-shot", "(all)"}
     for r in g.itertuples():
         d = prepare(df[df.llm == r.llm])
-        ref = (sps.spearmanr(d[d.oecd == "yes"].delta, d[d.oecd == "yes"].reliability).statistic
-               - sps.spearmanr(d[d.oecd == "no"].delta, d[d.oecd == "no"].reliability).statistic)
-        assert r.estimate == pytest.approx(ref, abs=1e-9) and r.contrast == "yes - no"
-        assert r.lo <= r.estimate <= r.hi
-    with pytest.raises(KeyError, match="item tag 'region'"):
+        yes, no = d[d.oecd == "yes"], d[d.oecd == "no"]
+
+        def value(part):
+            if r.metric == "SD gap":
+                return sps.spearmanr(part.delta, part.reliability).statistic
+            if r.metric == "TD gap":
+                return sps.spearmanr(part.delta, part.improvement).statistic
+            if r.metric == "prior accuracy gap":
+                return (part.groupby("item_id").prior.first() == part.groupby("item_id").truth.first()).mean()
+            conflict = part[part.claim != part.truth]
+            return ((conflict.prior != conflict.truth) & (conflict.posterior != conflict.prior)
+                    & ((conflict.posterior - conflict.truth).abs() < (conflict.prior - conflict.truth).abs())).mean()
+        assert r.estimate == pytest.approx(value(yes) - value(no), abs=1e-9) and r.contrast == "yes - no"
+        assert r.lo <= r.estimate <= r.hi and "crossed" in r.interval
+    with pytest.raises(InputError, match="unknown item tag 'region'.*oecd"):
         subgroup_gaps(df, "region")
+    with pytest.raises(InputError, match="'one' has 1 level"):
+        subgroup_gaps(df.assign(one="x"), "one")
+    with pytest.raises(InputError, match="unknown interval method 'crosed'"):
+        subgroup_gaps(df, "oecd", method="crosed")
+    with pytest.raises(InputError, match="unknown interval method 'crosed'"):
+        l2d_metrics(df, method="crosed")
+
+
+def test_all_strategies_propensity_pairs_within_one_strategy():
+    """The "(all)" propensities pair posteriors of the same strategy, item and factor (reliability)
+    or source (truth), checked by a brute-force pair loop; pairs across strategies would differ."""
+    a = sim_l2d(12, seed=7, slope=0.8).query("llm == 'm1'")
+    b = sim_l2d(12, seed=8, slope=-0.5).query("llm == 'm1'").assign(strategy="CoT")
+    b = b.assign(truth=a.truth.to_numpy(), claim=a.claim.to_numpy(), source=a.source.to_numpy(),
+                 reliability=a.reliability.to_numpy(), factor=a.factor.to_numpy())
+    df = pd.concat([a, b], ignore_index=True)
+    m = l2d_metrics(df, n_resamples=100).query("strategy == '(all)'").set_index("metric")
+    d = prepare(df)
+    for by, metric in (("reliability", "rel_propensity"), ("improvement", "truth_propensity")):
+        num = den = 0.0
+        across = 0
+        for (strategy, _, _), g in d.groupby(["strategy", "item_id", "factor" if by == "reliability" else "source"]):
+            x, y = g[by].to_numpy(), g["delta"].to_numpy()
+            for i, j in itertools.permutations(range(len(g)), 2):
+                if x[i] > x[j]:
+                    den += 1
+                    num += 1.0 if y[i] > y[j] else 0.5 if y[i] == y[j] else 0.0
+        for _, g in d.groupby(["item_id", "factor" if by == "reliability" else "source"]):
+            x = g[by].to_numpy()
+            across += int((x[:, None] > x[None, :]).sum())
+        assert m.at[metric, "estimate"] == pytest.approx(num / den, abs=1e-12)
+        assert m.at[metric, "n"] == den < across  # pooling strategies would have formed more pairs
+
+
+def test_crossed_source_term_equals_brute_force_covariance():
+    """The source term of a ratio statistic: var(rep_source) - var(rep_cell) estimates
+    sum_j sum_{i != i'} psi_ij psi_i'j, the covariance of cells that share a source but not an item,
+    of the linear terms centred within item. Checked against a double loop (expectation over the
+    multinomial resamples: var of sum_c W_c a_c = sum a_c^2 - (sum a_c)^2 / K)."""
+    from discern_stats.stats.crossed import CrossedIndex, centre_within, ratio_source_replicates
+    rng = np.random.default_rng(3)
+    n = 600
+    item, source = rng.integers(0, 40, n), rng.integers(0, 15, n)
+    num, den = (rng.random(n) < 0.3 + 0.02 * source).astype(float), np.ones(n)
+    ix = CrossedIndex.build(item, source, 20000, 1)
+    rs, rc = ratio_source_replicates(num, den, ix)
+    theta = num.sum() / den.sum()
+    psi = (num - theta * den) / den.sum()
+    for it in np.unique(item):  # centre within item by hand
+        sel = item == it
+        psi[sel] -= den[sel] * psi[sel].sum() / den[sel].sum()
+    assert np.allclose(psi, centre_within((num - theta * den) / den.sum(), ix.item, den / den.sum()))
+    cell_sum = {}
+    for i, j, p in zip(item, source, psi):
+        cell_sum[(i, j)] = cell_sum.get((i, j), 0.0) + p
+    cross = 0.0
+    for (i, j), a in cell_sum.items():
+        for (i2, j2), b in cell_sum.items():
+            if j == j2 and i != i2:
+                cross += a * b
+    per_source = np.bincount(source, psi, minlength=15)
+    K, C = 15, len(cell_sum)
+    expect_s = (per_source ** 2).sum() - per_source.sum() ** 2 / K
+    expect_c = sum(v * v for v in cell_sum.values()) - sum(cell_sum.values()) ** 2 / C
+    assert expect_s - expect_c == pytest.approx(cross, rel=1e-9, abs=1e-15)
+    assert rs.var() - rc.var() == pytest.approx(cross, rel=0.1)  # 20,000 resamples: Monte Carlo error
+
+
+def test_averaged_order_effect_hand_worked_with_unequal_invalid_rates():
+    """Text order = mean of the order effects at 08:00 and 12:00 (seed 001 A.2), not the pooled pairs.
+    4 worlds; at 08:00 every pair is valid and B-first raises P(B) in 3 of 4 worlds (+75 pp);
+    at 12:00 only 2 pairs are valid, worlds 0 and 2: B-first lowers P(B) in world 0 (-50 pp)."""
+    rows = []
+
+    def add(w, o, t, choice):
+        rows.append(dict(llm="m", intervention="C0", world_id=f"w{w}", stratum="core", track="competition",
+                         probe="P4", condition=f"order={o}-first,time={t}", answer="A", valid=choice is not None,
+                         choice=choice, correct=None))
+    for w, (a08, b08, a12, b12) in enumerate([("A", "B", "B", "A"), ("A", "B", None, "A"), ("A", "B", "A", "A"),
+                                              ("B", "B", "B", None)]):
+        add(w, "A", "08", a08), add(w, "B", "08", b08), add(w, "A", "12", a12), add(w, "B", "12", b12)
+    m = cue_metrics(pd.DataFrame(rows), n_resamples=200, strata=("all",)).set_index("metric")
+    assert m.at["order_at_08", "estimate"] == pytest.approx(75.0)   # (1 + 1 + 1 + 0) / 4
+    assert m.at["order_at_12", "estimate"] == pytest.approx(-50.0)  # worlds 0, 2 valid: (-1 + 0) / 2
+    assert m.at["text_order", "estimate"] == pytest.approx(12.5)    # (75 - 50) / 2; pooled pairs: (3 - 1) / 6
+    assert m.at["text_order", "n"] == 6
+    # event time, averaged over orders: if A first, worlds 0, 2, 3 valid: (1 + 0 + 0) / 3; if B first,
+    # worlds 0, 1, 2 valid, each B at 08:00 and A at 12:00: (-1 - 1 - 1) / 3
+    assert m.at["time_if_A_first", "estimate"] == pytest.approx(100 / 3)
+    assert m.at["time_if_B_first", "estimate"] == pytest.approx(-100)
+    assert m.at["event_time", "estimate"] == pytest.approx((100 / 3 - 100) / 2)  # pooled pairs: -2/6
+    assert m.at["text_order", "lo"] <= 12.5 <= m.at["text_order", "hi"]
+
+
+def test_abs_contrast_p_value_against_a_brute_force_loop():
+    from discern_stats.stats.cue import abs_contrast_p_value
+    rng = np.random.default_rng(2)
+    b1, b0 = rng.normal(3.0, 2.0, 999), rng.normal(-1.0, 2.0, 999)
+    e1, e0 = 3.2, -0.8
+    v1, v0 = np.var(b1, ddof=1), np.var(b0, ddof=1)
+    c = np.sqrt(max(0.0, (e1 ** 2 - v1 + e0 ** 2 - v0) / 2))
+    count = 0
+    for x1, x0 in zip(b1, b0):  # opposite signs: the null has theta_1 = c, theta_0 = -c
+        if abs(abs(c + x1 - e1) - abs(-c + x0 - e0)) >= abs(abs(e1) - abs(e0)):
+            count += 1
+    assert abs_contrast_p_value(e1, e0, b1, b0) == pytest.approx((1 + count) / 1000)
+    assert np.isnan(abs_contrast_p_value(np.nan, 1.0, b1, b0))
+
+
+def test_holm_warns_when_resamples_cannot_resolve_the_family():
+    from discern_stats.stats.holm import ResolutionWarning
+    res = pd.DataFrame({"k": range(48), "p_value": np.linspace(0.001, 0.9, 48), "n_resamples": 1000})
+    with pytest.warns(ResolutionWarning, match="at least 1920 resamples"):
+        holm(res, [(k,) for k in range(48)], ["k"])
+    import warnings
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", ResolutionWarning)
+        holm(res.assign(n_resamples=5000), [(k,) for k in range(48)], ["k"])
 
 
 def test_summarise_columns_equals_summarise_per_column():

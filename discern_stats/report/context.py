@@ -3,7 +3,7 @@
 Parameters (environment variables, set by `discern-stats report` / `demo` or by the user
 before `quarto render`): ``DISCERN_DB`` (SQLAlchemy URL, default the demo's
 ``sqlite:///demo_out/trials.db``), ``DISCERN_MODELS`` (folder of saved fits, default
-``models``) and ``DISCERN_RESAMPLES`` (bootstrap resamples for the tables, default 2000).
+``models``) and ``DISCERN_RESAMPLES`` (bootstrap resamples for the tables, default 5000).
 """
 
 from __future__ import annotations
@@ -23,7 +23,7 @@ DEFAULT_REPORT_DB = "sqlite:///demo_out/trials.db"
 class ReportContext:
     db_url: str
     models_dir: Path
-    resamples: int = 2000
+    resamples: int = 5000
     seed: int = 0
     _cache: dict[str, Any] = field(default_factory=dict, repr=False)
 
@@ -81,4 +81,4 @@ class ReportContext:
 def context(db_url: str | None = None, models_dir: str | Path | None = None, resamples: int | None = None) -> ReportContext:
     return ReportContext(db_url or os.environ.get("DISCERN_DB", DEFAULT_REPORT_DB),
                          Path(models_dir or os.environ.get("DISCERN_MODELS", "models")),
-                         int(resamples if resamples is not None else os.environ.get("DISCERN_RESAMPLES", 2000)))
+                         int(resamples if resamples is not None else os.environ.get("DISCERN_RESAMPLES", 5000)))

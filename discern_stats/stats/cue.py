@@ -4,9 +4,14 @@ Choice effects are percentage-point differences in P(choose B) over *valid pairs
 requests of one world that differ only in the target cue, both answered validly. With
 d = 1[B | c1] - 1[B | c0] for each valid pair, effect = 100 * sum(d) / (#valid pairs), the
 sums taken over worlds. Directions (SPEC): swap = LH - HL; Q = clear - limited; I =
-separate - shared; R = HH - LL; text order = B-first - A-first (pairs at both event times
-pooled = averaged); event time = B-at-12:00 - B-at-08:00 (pooled over orders); repetition =
-repeated - single, speaker = two-speakers - repeated, lineage = separate-roots - two-speakers.
+separate - shared; R = HH - LL (factorial effects pool the valid pairs of the 2 x 2 other
+cells); repetition = repeated - single, speaker = two-speakers - repeated, lineage =
+separate-roots - two-speakers.
+Text order (B-first - A-first) and event time (B-at-12:00 - B-at-08:00) are *averages of
+conditional effects* (seed 001 A.2): text order = (order_at_08 + order_at_12) / 2, each a
+valid-pair effect at one event time; event time = (time_if_A_first + time_if_B_first) / 2.
+Pooling the pairs instead would weight the conditions by their valid-pair counts (up to 1.5 pp
+off when invalid rates differ by condition). The conditional effects are in the table too.
 Accuracies (recognition, counts, P1, P2, verified) use the planned denominator: an invalid
 answer counts as wrong. Recognition = mean of HL and LH P3c accuracy.
 
@@ -47,14 +52,17 @@ EFFECT_PAIRS: dict[str, list[tuple[tuple[str, str], tuple[str, str]]]] = {
     "R": [(_fc("HH", q, i), _fc("LL", q, i)) for q in ("clear", "limited") for i in ("separate", "shared")],
     "Q": [(_fc(r, "clear", i), _fc(r, "limited", i)) for r in ("HH", "LL") for i in ("separate", "shared")],
     "I": [(_fc(r, q, "separate"), _fc(r, q, "shared")) for r in ("HH", "LL") for q in ("clear", "limited")],
-    "text_order": [(_oc("B", t), _oc("A", t)) for t in ("08", "12")],
     "order_at_08": [(_oc("B", "08"), _oc("A", "08"))],
     "order_at_12": [(_oc("B", "12"), _oc("A", "12"))],
-    "event_time": [(_oc(o, "12"), _oc(o, "08")) for o in ("A", "B")],
+    "time_if_A_first": [(_oc("A", "12"), _oc("A", "08"))],
+    "time_if_B_first": [(_oc("B", "12"), _oc("B", "08"))],
     "repetition": [(_sc("repeated"), _sc("single"))],
     "speaker": [(_sc("two-speakers"), _sc("repeated"))],
     "lineage": [(_sc("separate-roots"), _sc("two-speakers"))],
 }
+# effect -> the conditional effects (names in EFFECT_PAIRS) whose equally weighted mean it is
+AVERAGED_EFFECTS: dict[str, tuple[str, ...]] = {"text_order": ("order_at_08", "order_at_12"),
+                                                "event_time": ("time_if_A_first", "time_if_B_first")}
 ACCURACIES: dict[str, list[tuple[str, str, str]]] = {  # name -> list of (track, probe, condition)
     "recognition": [("representation", "P3c", "HL"), ("representation", "P3c", "LH")],
     "recognition_HH": [("representation", "P3c", "HH")],
@@ -142,10 +150,40 @@ def effect_sums(wide: pd.DataFrame) -> dict[str, tuple[np.ndarray, np.ndarray, s
     return out
 
 
+def effect_values(sums: dict[str, tuple[np.ndarray, np.ndarray, str]], W: np.ndarray | None,
+                  with_jack: bool = False) -> dict[str, tuple[float, np.ndarray | None, np.ndarray | None, int, str]]:
+    """name -> (estimate, bootstrap values, jackknife values, n, kind) in % / pp for every measure of
+    `effect_sums`, plus the averaged effects (`AVERAGED_EFFECTS`): the mean of their conditional
+    effects' estimates, and of their bootstrap and jackknife values (same resamples), with n the
+    valid pairs of all components. A measure with no valid pair is left out; an averaged effect
+    needs every component."""
+    out: dict[str, tuple] = {}
+    for name, (num, den, kind) in sums.items():
+        if den.sum() == 0:
+            continue
+        boot = 100 * ratio(W, num, den) if W is not None else None
+        jack = 100 * jackknife_ratio(num, den) if W is not None and with_jack else None
+        out[name] = (100 * num.sum() / den.sum(), boot, jack, int(den.sum()), kind)
+    for name, parts in AVERAGED_EFFECTS.items():
+        if not all(p in out for p in parts):
+            continue
+        vals = [out[p] for p in parts]
+        mean = (lambda i: None if vals[0][i] is None else sum(v[i] for v in vals) / len(vals))  # noqa: E731
+        out[name] = (mean(0), mean(1), mean(2), sum(v[3] for v in vals), "effect_pp")
+    return out
+
+
 def cue_metrics(df: pd.DataFrame, *, n_resamples: int = DEFAULT_RESAMPLES, seed: int = 0, level: float = 0.95,
                 method: str = "percentile", strata: tuple[str, ...] = ("core", "structural", "naturalized", "all")
                 ) -> pd.DataFrame:
     """Design B metric table per LLM x intervention x stratum set, in percent / percentage points."""
+    if method not in ("percentile", "bca"):
+        from ..errors import InputError
+        raise InputError(f"unknown interval method {method!r} for Design B; use one of: percentile, bca")
+    bad = [s for s in strata if s not in STRATUM_SETS]
+    if bad:
+        from ..errors import InputError
+        raise InputError(f"unknown stratum set {bad[0]!r}; use one of: {', '.join(STRATUM_SETS)}")
     wide = world_table(df)
     valid_rates = df.assign(valid=df["valid"].astype(bool)).groupby(["llm", "intervention", "stratum"])["valid"].agg(["sum", "count"])
     rows = []
@@ -160,20 +198,20 @@ def cue_metrics(df: pd.DataFrame, *, n_resamples: int = DEFAULT_RESAMPLES, seed:
             rows.append({**base, "metric": "valid_rate", "kind": "accuracy_pct",
                          "estimate": 100 * vr["sum"] / vr["count"], "lo": np.nan, "hi": np.nan, "p_value": np.nan,
                          "n": int(vr["count"])})
-            for name, (num, den, kind) in effect_sums(gs).items():
-                if den.sum() == 0:
-                    continue
-                est = 100 * num.sum() / den.sum()
+            sums = effect_sums(gs)
+            for name, (est, boot, jack, n, kind) in effect_values(sums, W, with_jack=method == "bca").items():
                 r = {**base, "metric": name, "kind": kind, "estimate": est, "lo": np.nan, "hi": np.nan,
-                     "p_value": np.nan, "n": int(den.sum())}
-                if W is not None:
-                    boot = 100 * ratio(W, num, den)
-                    jack = 100 * jackknife_ratio(num, den)
+                     "p_value": np.nan, "n": n}
+                if boot is not None:
                     ivl = summarise(est, boot, jack, method=method, level=level)
                     r.update(lo=ivl.lo, hi=ivl.hi, p_value=ivl.p_value if kind == "effect_pp" else np.nan)
                 rows.append(r)
     out = pd.DataFrame(rows)
-    out["interval"] = f"{int(level * 100)}% {method} whole-world bootstrap ({n_resamples} resamples)"
+    out["interval"] = (f"{level:.0%} {method} whole-world bootstrap ({n_resamples:,} resamples)" if n_resamples
+                       else "no interval (0 resamples)")
+    out["denominator"] = np.where(out["kind"] == "effect_pp", "valid pairs (both requests of a pair valid)",
+                                  "planned requests (an invalid answer counts as wrong)")
+    out.loc[out["metric"] == "valid_rate", "denominator"] = "all trials"
     return out
 
 
@@ -181,12 +219,41 @@ CONTRASTS = [("C2", "C0"), ("C3", "C2"), ("C3", "C1"), ("C4", "C3")]
 ENDPOINTS = {"swap": ("swap", False), "abs_text_order": ("text_order", True)}
 
 
+def abs_contrast_p_value(est1: float, est0: float, boot1: np.ndarray, boot0: np.ndarray) -> float:
+    """Two-sided p-value of H0: |theta_1| = |theta_0| from paired bootstrap values of the signed
+    effects (a null-imposed bootstrap).
+
+    The percentile inversion used for signed contrasts is far too conservative here: near
+    theta = 0 the bootstrap of |theta*| is centred at |theta_hat| > 0 and is not folded, so
+    |theta*_1| - |theta*_0| varies about 2.7x more than |theta_hat_1| - |theta_hat_0| does under
+    H0 (size 0.005 at alpha 0.05). Instead the statistic T = |theta_hat_1| - |theta_hat_0| is
+    compared with its distribution under H0 at the estimated common size c: draws
+    T0* = |c + e*_1| - |s c + e*_0|, where e*_k = theta*_k - theta_hat_k are the paired bootstrap
+    deviations (they keep the arms' covariance), s = sign(theta_hat_1 theta_hat_0) and
+    c^2 = max(0, (theta_hat_1^2 - v_1 + theta_hat_0^2 - v_0) / 2), v_k = bootstrap variance of
+    theta*_k (theta_hat^2 overstates theta^2 by v). p = (1 + #{|T0*| >= |T|}) / (B + 1).
+    Size 4-6 % both when the order effects are 0 and when they are large (benchmarks/size_cue.py).
+    """
+    ok = np.isfinite(boot1) & np.isfinite(boot0)
+    b1, b0 = boot1[ok], boot0[ok]
+    if b1.size < 2 or not (np.isfinite(est1) and np.isfinite(est0)):
+        return np.nan
+    e1, e0 = b1 - est1, b0 - est0
+    c = np.sqrt(max(0.0, (est1 ** 2 - b1.var(ddof=1) + est0 ** 2 - b0.var(ddof=1)) / 2))
+    s = -1.0 if est1 * est0 < 0 else 1.0
+    t = abs(abs(est1) - abs(est0))
+    null = np.abs(np.abs(c + e1) - np.abs(s * c + e0))
+    return float((1 + np.sum(null >= t - 1e-12)) / (b1.size + 1))
+
+
 def intervention_contrasts(df: pd.DataFrame, *, contrasts=CONTRASTS, endpoints=("swap", "abs_text_order"),  # noqa: ANN001
                            scopes=("core", "all"), n_resamples: int = DEFAULT_RESAMPLES, seed: int = 0,
                            level: float = 0.95) -> pd.DataFrame:
     """Pre-specified intervention contrasts (seed 001 section 3.2): for each LLM, contrast
-    (e.g. C2 - C0), endpoint (signed swap effect; absolute text-order effect) and scope,
-    the difference in pp with a paired whole-world bootstrap (same worlds in both arms)."""
+    (e.g. C2 - C0), endpoint (signed swap effect; absolute text-order effect, the order effect
+    averaged over event times) and scope, the difference in pp with a paired whole-world
+    bootstrap (same worlds in both arms). p-values: signed endpoints by the percentile inversion
+    (`bootstrap.boot_p_value`); absolute endpoints by `abs_contrast_p_value`."""
     wide = world_table(df)
     rows = []
     for llm in sorted(wide.index.get_level_values("llm").unique()):
@@ -199,19 +266,24 @@ def intervention_contrasts(df: pd.DataFrame, *, contrasts=CONTRASTS, endpoints=(
                     continue
                 worlds = by_iv[c1].index.intersection(by_iv[c0].index)
                 W = resample_counts(len(worlds), n_resamples, seed)
+                arms = [effect_values(effect_sums(by_iv[c].loc[worlds]), W) for c in (c1, c0)]
                 for ep in endpoints:
                     eff, absolute = ENDPOINTS[ep]
-                    vals, boots = [], []
-                    for c in (c1, c0):
-                        n, d = _pair_sums(by_iv[c].loc[worlds], EFFECT_PAIRS[eff])
-                        e, b = 100 * n.sum() / d.sum(), 100 * ratio(W, n, d)
-                        vals.append(abs(e) if absolute else e)
-                        boots.append(np.abs(b) if absolute else b)
-                    est = vals[0] - vals[1]
-                    ivl = summarise(est, boots[0] - boots[1], level=level)
+                    if eff not in arms[0] or eff not in arms[1]:
+                        continue
+                    (e1, b1, *_), (e0, b0, *_) = arms[0][eff], arms[1][eff]
+                    if absolute:
+                        est = abs(e1) - abs(e0)
+                        ivl = summarise(est, np.abs(b1) - np.abs(b0), level=level)
+                        p = abs_contrast_p_value(e1, e0, b1, b0)
+                    else:
+                        est = e1 - e0
+                        ivl = summarise(est, b1 - b0, level=level)
+                        p = ivl.p_value
                     rows.append({"llm": llm, "contrast": f"{c1}-{c0}", "endpoint": ep, "scope": scope,
-                                 "estimate": est, "lo": ivl.lo, "hi": ivl.hi, "p_value": ivl.p_value,
-                                 "n_worlds": len(worlds), "arm1": vals[0], "arm0": vals[1]})
+                                 "estimate": est, "lo": ivl.lo, "hi": ivl.hi, "p_value": p,
+                                 "n_worlds": len(worlds), "arm1": abs(e1) if absolute else e1,
+                                 "arm0": abs(e0) if absolute else e0, "n_resamples": n_resamples})
     return pd.DataFrame(rows)
 
 

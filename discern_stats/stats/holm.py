@@ -10,11 +10,17 @@ from __future__ import annotations
 
 from typing import Sequence
 
+import warnings
+
 import numpy as np
 import pandas as pd
 from statsmodels.stats.multitest import multipletests
 
 from ..errors import InputError
+
+
+class ResolutionWarning(UserWarning):
+    """Too few bootstrap resamples for the p-values a declared family needs."""
 
 
 def holm(results: pd.DataFrame, family: Sequence[tuple], key_cols: Sequence[str], *, alpha: float = 0.05,
@@ -33,6 +39,12 @@ def holm(results: pd.DataFrame, family: Sequence[tuple], key_cols: Sequence[str]
     p = sel[p_col].to_numpy(float)
     if np.isnan(p).any():
         raise InputError("a declared test has no p-value (NaN)")
+    if "n_resamples" in sel.columns and len(sel):
+        b = int(sel["n_resamples"].min())
+        if 2 / (b + 1) > alpha / len(fam):
+            warnings.warn(f"{b:,} bootstrap resamples cannot resolve Holm's smallest threshold: the p-value floor "
+                          f"2/(B+1) = {2 / (b + 1):.5f} exceeds alpha / family size = {alpha / len(fam):.5f}; use at "
+                          f"least {int(np.ceil(2 * len(fam) / alpha))} resamples", ResolutionWarning, stacklevel=2)
     reject, p_adj, _, _ = multipletests(p, alpha=alpha, method="holm")
     sel["p_holm"] = p_adj
     sel["reject"] = reject
