@@ -447,8 +447,8 @@ def subgroup_gaps(df: pd.DataFrame, tag: str, *, n_resamples: int = DEFAULT_RESA
     """
     check_method(method, ("crossed", "percentile"))
     if tag not in df.columns:
-        from ..interchange import L2D_COLUMNS
-        tags = [c for c in df.columns if c not in L2D_COLUMNS]
+        from ..interchange import L2D_COLUMNS, L2D_OPTIONAL
+        tags = [c for c in df.columns if c not in L2D_COLUMNS and c not in L2D_OPTIONAL]
         raise InputError(f"unknown item tag {tag!r}; the trial table's tag columns are: "
                          f"{', '.join(tags) if tags else '(none)'}")
     levels = sorted(df[tag].dropna().astype(str).unique())
