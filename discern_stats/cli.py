@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import sys
+import warnings
 from pathlib import Path
 from typing import Optional
 
@@ -16,6 +17,14 @@ from .errors import DiscernError, InputError
 
 console = Console()
 err_console = Console(stderr=True)
+
+
+def _one_line_warning(message, category, filename, lineno, file=None, line=None) -> None:  # noqa: ANN001
+    """Warnings the package raises on purpose (e.g. too few resamples for a Holm family) as one line."""
+    err_console.print(f"warning: {message}", markup=False, highlight=False, soft_wrap=True)
+
+
+warnings.showwarning = _one_line_warning
 
 app = typer.Typer(help="discern_stats: collect LLM trials and analyse how models weigh evidence.",
                   no_args_is_help=True, pretty_exceptions_enable=False, rich_markup_mode="markdown")

@@ -439,6 +439,9 @@ def test_abs_contrast_p_value_against_an_independent_computation():
     z = abs(e1 ** 2 - e0 ** 2 - (s11 - s00)) / np.sqrt(v)
     assert abs_contrast_p_value(e1, e0, b1, b0) == pytest.approx(2 * sps.norm.sf(z), rel=1e-9)
     assert np.isnan(abs_contrast_p_value(np.nan, 1.0, b1, b0))
+    flat = np.full(99, 5.0)  # no bootstrap variation (e.g. a handful of identical worlds)
+    assert abs_contrast_p_value(5.0, -5.0, flat, -flat) == 1.0
+    assert abs_contrast_p_value(5.0, 2.0, flat, flat - 3) == pytest.approx(1 / 100)
     # size: theta_hat ~ N(theta, 1) in each arm (correlation 0.3), bootstrap values drawn around theta_hat
     cov = np.array([[1.0, 0.3], [0.3, 1.0]])
     for c in (0.0, 1.0, 2.0, 8.0):

@@ -247,8 +247,8 @@ def abs_contrast_p_value(est1: float, est0: float, boot1: np.ndarray, boot0: np.
     t = est1 ** 2 - est0 ** 2 - (v1 - v0)
     floor = 2 * v1 ** 2 + 2 * v0 ** 2 - 4 * v10 ** 2
     var = max(np.var(b1 ** 2 - b0 ** 2) - 4 * (v1 ** 2 + v0 ** 2 - 2 * v10 ** 2), floor)
-    if var <= 0:
-        return np.nan
+    if var <= 0:  # no bootstrap variation at all (e.g. every world the same): no evidence, or the floor 1/(B+1)
+        return 1.0 if abs(t) < 1e-12 else 1.0 / (b1.size + 1)
     return float(2 * sps.norm.sf(abs(t) / np.sqrt(var)))
 
 
