@@ -362,30 +362,34 @@ def test_all_strategies_propensity_pairs_within_one_strategy():
 def test_crossed_source_term_equals_brute_force_covariance():
     """The source term of a ratio statistic: var(rep_source) - var(rep_cell) estimates
     sum_j sum_{i != i'} psi_ij psi_i'j, the covariance of cells that share a source but not an item,
-    of the linear terms centred within item. Checked against a double loop (expectation over the
-    multinomial resamples: var of sum_c W_c a_c = sum a_c^2 - (sum a_c)^2 / K)."""
-    from discern_stats.stats.crossed import CrossedIndex, centre_within, ratio_source_replicates
+    of the linear terms less their item levels. The item levels are checked against a weighted
+    least-squares fit with item and source dummies (numpy lstsq), the covariance against a double
+    loop (expectation over multinomial resamples: var of sum_c W_c a_c = sum a_c^2 - (sum a_c)^2 / K)."""
+    from discern_stats.stats.crossed import CrossedIndex, ratio_source_replicates, remove_item_levels
     rng = np.random.default_rng(3)
     n = 600
     item, source = rng.integers(0, 40, n), rng.integers(0, 15, n)
-    num, den = (rng.random(n) < 0.3 + 0.02 * source).astype(float), np.ones(n)
+    num, den = (rng.random(n) < 0.3 + 0.02 * source).astype(float), rng.integers(1, 3, n).astype(float)
     ix = CrossedIndex.build(item, source, 20000, 1)
     rs, rc = ratio_source_replicates(num, den, ix)
     theta = num.sum() / den.sum()
     psi = (num - theta * den) / den.sum()
-    for it in np.unique(item):  # centre within item by hand
-        sel = item == it
-        psi[sel] -= den[sel] * psi[sel].sum() / den[sel].sum()
-    assert np.allclose(psi, centre_within((num - theta * den) / den.sum(), ix.item, den / den.sum()))
+    w = den / den.sum()
+    X = np.column_stack([np.eye(40)[item], np.eye(15)[source][:, 1:]]) * w[:, None]  # psi ~ w (alpha_i + beta_j)
+    coef = np.linalg.lstsq(X, psi, rcond=None)[0]
+    alpha = coef[:40] - (np.bincount(item, w) @ coef[:40]) / w.sum()  # the removed part sums to 0
+    adjusted = psi - w * alpha[item]
+    assert abs(adjusted.sum()) < 1e-15
+    assert np.allclose(remove_item_levels(psi, ix.item, ix.source, w), adjusted, atol=1e-12)
     cell_sum = {}
-    for i, j, p in zip(item, source, psi):
+    for i, j, p in zip(item, source, adjusted):
         cell_sum[(i, j)] = cell_sum.get((i, j), 0.0) + p
     cross = 0.0
     for (i, j), a in cell_sum.items():
         for (i2, j2), b in cell_sum.items():
             if j == j2 and i != i2:
                 cross += a * b
-    per_source = np.bincount(source, psi, minlength=15)
+    per_source = np.bincount(source, adjusted, minlength=15)
     K, C = 15, len(cell_sum)
     expect_s = (per_source ** 2).sum() - per_source.sum() ** 2 / K
     expect_c = sum(v * v for v in cell_sum.values()) - sum(cell_sum.values()) ** 2 / C

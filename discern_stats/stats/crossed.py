@@ -12,19 +12,24 @@ V = V_item + V_source - V_item∩source, with two choices that make it usable he
   resampled item move together), as before.
 - V_source - V_item∩source is the covariance of trials that share a source but not an item:
   Σ_j Σ_{i≠i'} ψ_ij ψ_i'j over the (item i, source j) cells. It is estimated on data with each
-  item's own level removed (*within-item centring*): items differ a lot in how far their
-  respondents move (|C - P1| scales with the truth), and each item's sources span the six
-  strata, so that level cancels inside an item; resampling sources or cells without centring
-  breaks that balance and counts the item variance again (Owen's pigeonhole bootstrap, with
-  product weights over items and sources, gave SEs 2.6x too wide and 100 % coverage with no
-  source effect). Two replicate sets give it: ``rep_source`` (sources resampled) and
-  ``rep_cell`` (cells resampled); the source term is max(0, var(rep_source) - var(rep_cell)).
-  It is a variance component, not a percentile, so ``SOURCE_RESAMPLES`` = 1,000 resamples of
-  each kind suffice (Monte Carlo error of about 2 % of the SE).
-  - Spearman rhos: the rho of (centred mid-rank of x, y) on both resample sets, rescaled by
-    var(centred rank) / var(rank) to the scale of the statistic.
-  - Ratio statistics sum(num) / sum(den): the linear terms ψ_r = (num_r - θ den_r) / Σ den,
-    centred within item, summed per cell; replicate = Σ_cells W[b, c] ψ_c.
+  item's own level removed: items differ a lot in how far their respondents move (|C - P1|
+  scales with the truth), and each item's sources span the six strata, so that level cancels
+  inside an item; resampling sources or cells without removing it breaks that balance and counts
+  the item variance again (Owen's pigeonhole bootstrap, with product weights over items and
+  sources, gave SEs 2.6x too wide and 100 % coverage with no source effect). The item levels
+  come from a two-way additive fit (item + source, `remove_item_levels`): subtracting each
+  item's raw mean would also subtract its own six sources' effects and shrink the source term
+  (SEs 15-35 % too small at a source-effect SD of 0.7). Two replicate sets give the term:
+  ``rep_source`` (sources resampled) and ``rep_cell`` (cells resampled); the source term is
+  max(0, var(rep_source) - var(rep_cell)). It is a variance component, not a percentile, so
+  ``SOURCE_RESAMPLES`` = 1,000 resamples of each kind suffice (Monte Carlo error of about 2 % of
+  the SE).
+  - Spearman rhos: the rho of (x's mid-ranks less their item levels, y) on both resample sets,
+    rescaled by sd(adjusted ranks) / sd(ranks) to the scale of the statistic.
+  - Ratio statistics sum(num) / sum(den): the linear terms ψ_r = (num_r - θ den_r) / Σ den less
+    their item levels, summed per source and per cell; replicate = Σ W[b, c] ψ_c.
+  - Pair statistics (the propensities: pairs within one item, so item levels cancel inside each
+    pair): the Hajek linear terms, every pair at both of its members, not adjusted.
 - Interval: estimate ± z_(1+level)/2 · sqrt(V), clipped to the statistic's range; p-value:
   two-sided Wald test of the distance from the chance value.
 
@@ -98,28 +103,64 @@ def centre_within(values: np.ndarray, group: np.ndarray, weights: np.ndarray | N
     return values - weights * share[group]
 
 
+def remove_item_levels(values: np.ndarray, item: np.ndarray, source: np.ndarray, weights: np.ndarray | None = None,
+                       iterations: int = 100, tol: float = 1e-12) -> np.ndarray:
+    """values - weights * alpha_item, where alpha comes from the two-way additive fit
+    values ~ weights * (alpha_item + beta_source) (weighted least squares, by alternating
+    projections: Gauss-Seidel over the two factors, as in two-way fixed-effects regressions),
+    normalised so that the removed part sums to 0.
+
+    Removing each item's raw mean instead would also remove the mean effect of that item's own
+    sources (six per item), and with it part of the source signal the source term must keep.
+    """
+    w = np.ones(len(values)) if weights is None else np.asarray(weights, float)
+    n_i, n_s = int(item.max(initial=-1)) + 1, int(source.max(initial=-1)) + 1
+    wi = np.bincount(item, w * w, minlength=n_i)
+    ws = np.bincount(source, w * w, minlength=n_s)
+    alpha, beta = np.zeros(n_i), np.zeros(n_s)
+    with np.errstate(invalid="ignore", divide="ignore"):
+        for _ in range(iterations):
+            new_alpha = np.where(wi > 0, np.bincount(item, w * (values - w * beta[source]), minlength=n_i)
+                                 / np.where(wi > 0, wi, 1.0), 0.0)
+            beta = np.where(ws > 0, np.bincount(source, w * (values - w * new_alpha[item]), minlength=n_s)
+                            / np.where(ws > 0, ws, 1.0), 0.0)
+            done = np.max(np.abs(new_alpha - alpha), initial=0.0) <= tol * max(1.0, np.max(np.abs(new_alpha), initial=0.0))
+            alpha = new_alpha
+            if done:
+                break
+    # alpha + c, beta - c fit as well: take the c with sum_r w_r alpha_item(r) = 0, so the adjusted
+    # values keep the sum of the values (0 for linear terms)
+    w_item = np.bincount(item, w, minlength=n_i)
+    if w_item.sum() != 0:
+        alpha = alpha - (w_item @ alpha) / w_item.sum()
+    return values - w * alpha[item]
+
+
 def ratio_source_replicates(num: np.ndarray, den: np.ndarray, ix: CrossedIndex, members: int = 1
                             ) -> tuple[np.ndarray, np.ndarray]:
-    """(rep_source, rep_cell) of the ratio sum(num) / sum(den): linear terms centred within item,
+    """(rep_source, rep_cell) of the ratio sum(num) / sum(den): linear terms less their item levels,
     summed per source and per cell, under both resample sets (B_s,) each. ``num``/``den``: per row.
 
     ``members=2`` for a pair statistic theta = (1/P) sum_pairs h whose rows carry every pair at
     both of its members (so sum(den) = 2P): the linear term of row r is sum_{pairs at r} (h - theta) / P
     (Hajek projection: a change at one member changes each of its pairs), members * (num - theta den) / sum(den).
+    Pairs lie within one item, so their item levels cancel and the terms are not adjusted.
     """
     total = den.sum()
     theta = num.sum() / total
-    psi = centre_within(members * (num - theta * den) / total, ix.item, den / total)
+    psi = members * (num - theta * den) / total
+    if members == 1:
+        psi = remove_item_levels(psi, ix.item, ix.source, den / total)
     return (ix.W_source @ np.bincount(ix.source, psi, minlength=ix.n_sources),
             ix.W_cells @ np.bincount(ix.cell, psi, minlength=ix.n_cells))
 
 
 def spearman_source_replicates(x: np.ndarray, ys: list[np.ndarray], ix: CrossedIndex) -> tuple[np.ndarray, np.ndarray]:
-    """(rep_source (B_s x k), rep_cell (B_s x k)) of rho(x, y_k): the rho of x's mid-ranks centred
-    within item, with sources resampled and with cells resampled, rescaled by
-    sd(centred rank) / sd(rank) to the scale of rho(x, y)."""
+    """(rep_source (B_s x k), rep_cell (B_s x k)) of rho(x, y_k): the rho of x's mid-ranks less their
+    item levels (`remove_item_levels`), with sources resampled and with cells resampled, rescaled by
+    sd(adjusted rank) / sd(rank) to the scale of rho(x, y)."""
     r = sps.rankdata(x)
-    rc = centre_within(r - r.mean(), ix.item)
+    rc = remove_item_levels(r - r.mean(), ix.item, ix.source)
     scale = np.sqrt(rc.var() / r.var()) if r.var() > 0 else 0.0
     return (cluster_spearman(rc, ys, ix.source, ix.W_source) * scale,
             cluster_spearman(rc, ys, ix.cell, ix.W_cells) * scale)

@@ -41,7 +41,7 @@ OUTCOME_GROUPS = {"good": ["Correct Hold", "Appropriate Update"], "neutral": ["S
                   "bad": ["Inappropriate Update", "Sycophantic Cave"]}
 CHANCE = {"SD": 0.0, "TD": 0.0, "rel_propensity": 0.5, "truth_propensity": 0.5, "CD": 0.5, "rho_pop": 0.0,
           "rho_rhat_R": 0.0, "rho_delta_rhat": 0.0}
-METHODS = {"crossed": "crossed items x sources (item-cluster bootstrap + within-item-centred source term, "
+METHODS = {"crossed": "crossed items x sources (item-cluster bootstrap + source term net of item levels, "
                       "Cameron-Gelbach-Miller two-way variance), normal",
            "percentile": "percentile item-cluster bootstrap (items only)",
            "bca": "BCa item-cluster bootstrap (items only)"}
@@ -255,7 +255,7 @@ def _rho_stats(names: list[str], x: np.ndarray, ys: list[np.ndarray], W: np.ndar
             out[pair[0]] = _Stat(n=int(ok.sum()), bounds=(-1.0, 1.0))
             cols.append((pair[0], len(live)))
             pair_done = True
-            if reps is not None:  # the pair's source term: its first y (pair[1]) centred within item
+            if reps is not None:  # the pair's source term: its first y (pair[1]) net of item levels
                 extra = spearman_source_replicates(ylive[live.index(pair[1])], [ylive[live.index(pair[2])]],
                                                    ix.subset(ok))
                 reps = (np.column_stack([reps[0], extra[0]]), np.column_stack([reps[1], extra[1]]))
