@@ -45,9 +45,10 @@ def _fail(exc: Exception) -> None:
     raise typer.Exit(code=2)
 
 
-def _open(db: str):
+def _open(db: str, read_only: bool = False):
+    """The database at ``db``; ``read_only`` commands refuse a URL with no database behind it."""
     from .trialdb import TrialDB
-    return TrialDB(db)
+    return TrialDB(db, must_exist=read_only)
 
 
 def _design_arg(design: str) -> str:
@@ -76,7 +77,7 @@ def db_info(db: str = DbOpt, as_json: bool = typer.Option(False, "--json", help=
     Example: `discern-stats db info --db sqlite:///trials.db`
     """
     try:
-        info = _open(db).info()
+        info = _open(db, read_only=True).info()
     except DiscernError as exc:
         _fail(exc)
     if as_json:
@@ -150,7 +151,7 @@ def export_trials(design: str = typer.Argument(..., help="l2d or cue"),
     Example: `discern-stats export trials l2d --out l2d.csv`
     """
     try:
-        p = _open(db).export_trials(_design_arg(design), out)
+        p = _open(db, read_only=True).export_trials(_design_arg(design), out)
     except DiscernError as exc:
         _fail(exc)
     console.print(f"wrote {p}")
@@ -224,7 +225,15 @@ def collect_cmd(spec: Path = typer.Argument(..., help="YAML run spec in collecti
     except DiscernError as exc:
         _fail(exc)
     console.print(f"run {res.run_id}: {res.done} done ({res.valid} valid, {res.done - res.valid} invalid), "
-                  f"{res.failed} failed, {res.retries} retries, {res.rate:.1f} req/s; plan of {res.planned} trials")
+                  f"{res.failed} failed, {res.retries} retries, {res.lost_leases} lost leases, {res.rate:.1f} req/s; "
+                  f"plan of {res.planned} trials", soft_wrap=True)
+    if res.failed:
+        for cause, n in sorted(res.failure_causes.items(), key=lambda kv: -kv[1]):
+            err_console.print(f"  {n} trial(s) failed: {cause}", soft_wrap=True, highlight=False, markup=False)
+        err_console.print(f"error: {res.failed} trial(s) failed after every retry; fix the cause, then retry them "
+                          f"with: discern-stats collect {spec} --retry-failed --db {db}", soft_wrap=True,
+                          highlight=False, markup=False)
+        raise typer.Exit(code=1)
 
 
 @app.command("metrics")
@@ -252,7 +261,7 @@ def metrics_cmd(design: str = typer.Argument(..., help="l2d or cue"),
     from .stats import holm_contrasts, metrics
     try:
         d = _design_arg(design)
-        df = _open(db).trials(d)
+        df = _open(db, read_only=True).trials(d)
         if df.empty:
             raise DiscernError(f"no finished {d} trials in the database")
         kw = {"n_resamples": resamples, "seed": seed}
@@ -328,7 +337,7 @@ def fit_cmd(model: str = typer.Argument(..., help="cue, discernment or intervent
     if model not in MODELS:
         _fail(DiscernError(f"unknown model {model!r}; expected one of {', '.join(MODELS)}"))
     try:
-        df = _open(db).trials(DESIGN_OF[model])
+        df = _open(db, read_only=True).trials(DESIGN_OF[model])
         if df.empty:
             raise DiscernError(f"no finished {DESIGN_OF[model]} trials in the database")
         cls = MODELS[model]
@@ -369,7 +378,7 @@ def report_cmd(models_dir: Path = typer.Option(Path("models"), "--models", help=
     from .report.render import render
     env = {"DISCERN_DB": db, "DISCERN_MODELS": str(models_dir.resolve()), "DISCERN_RESAMPLES": str(resamples)}
     try:
-        _open(db)
+        _open(db, read_only=True)
         res = render(project, out_dir=out, env=env, force_fallback=fallback)
     except DiscernError as exc:
         _fail(exc)

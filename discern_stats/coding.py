@@ -18,6 +18,8 @@ from __future__ import annotations
 
 import re
 
+from .errors import InputError
+
 CUES = ["history", "R", "Q", "I", "order", "time", "repetition", "speaker", "lineage", "verified"]
 CHOICE_TRACKS = ["factorial", "swap", "competition", "verified"]
 STRUCTURE_STEPS = ["single", "repeated", "two-speakers", "separate-roots"]
@@ -35,13 +37,13 @@ def cue_codes(track: str, condition: str) -> dict[str, float]:
     if track == "factorial":
         m = re.fullmatch(r"R(HH|LL)-Q(clear|limited)-I(separate|shared)", condition)
         if not m:
-            raise ValueError(f"bad factorial condition {condition!r}")
+            raise InputError(f"bad factorial condition {condition!r}")
         x["R"] = 0.5 if m.group(1) == "HH" else -0.5
         x["Q"] = 0.5 if m.group(2) == "clear" else -0.5
         x["I"] = 0.5 if m.group(3) == "separate" else -0.5
     elif track == "swap":
         if condition not in ("HL", "LH"):
-            raise ValueError(f"bad swap condition {condition!r}")
+            raise InputError(f"bad swap condition {condition!r}")
         x["history"] = 0.5 if condition == "LH" else -0.5
     elif track == "competition":
         m = re.fullmatch(r"order=(A|B)-first,time=(08|12)", condition)
@@ -51,15 +53,15 @@ def cue_codes(track: str, condition: str) -> dict[str, float]:
         else:
             m = re.fullmatch(r"structure=(.+)", condition)
             if not m or m.group(1) not in STRUCTURE_STEPS:
-                raise ValueError(f"bad competition condition {condition!r}")
+                raise InputError(f"bad competition condition {condition!r}")
             step = STRUCTURE_STEPS.index(m.group(1))
             x["repetition"] = 0.5 if step >= 1 else -0.5
             x["speaker"] = 0.5 if step >= 2 else -0.5
             x["lineage"] = 0.5 if step >= 3 else -0.5
     elif track == "verified":
         if condition not in ("verified=A", "verified=B"):
-            raise ValueError(f"bad verified condition {condition!r}")
+            raise InputError(f"bad verified condition {condition!r}")
         x["verified"] = 0.5 if condition == "verified=B" else -0.5
     else:
-        raise ValueError(f"track {track!r} has no P4 choice")
+        raise InputError(f"track {track!r} has no P4 choice")
     return x

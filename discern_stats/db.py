@@ -292,6 +292,34 @@ def insert_ignore_many(conn: sa.Connection, model: type[SQLModel], rows: list[di
         conn.execute(stmt, grp)
 
 
+def upsert_many(conn: sa.Connection, model: type[SQLModel], rows: list[dict[str, Any]],
+                conflict_cols: list[str]) -> None:
+    """INSERT rows; a row whose ``conflict_cols`` exist already has its other given columns updated
+    (one cached statement per set of keys, run with executemany)."""
+    if not rows:
+        return
+    dialect = conn.dialect.name
+    if dialect == "postgresql":
+        from sqlalchemy.dialects.postgresql import insert as dialect_insert
+    elif dialect == "sqlite":
+        from sqlalchemy.dialects.sqlite import insert as dialect_insert
+    else:  # pragma: no cover - other back-ends: update, then insert what was missing
+        table = model.__table__
+        for r in rows:
+            cond = sa.and_(*[table.c[c] == r[c] for c in conflict_cols])
+            if conn.execute(sa.update(table).where(cond).values(**r)).rowcount == 0:
+                conn.execute(table.insert().values(**r))
+        return
+    groups: dict[frozenset[str], list[dict[str, Any]]] = {}
+    for r in rows:
+        groups.setdefault(frozenset(r), []).append(r)
+    for keys, grp in groups.items():
+        ins = dialect_insert(model.__table__)
+        stmt = ins.on_conflict_do_update(index_elements=conflict_cols,
+                                         set_={c: ins.excluded[c] for c in sorted(keys) if c not in conflict_cols})
+        conn.execute(stmt, grp)
+
+
 def dumps(obj: Any) -> str:
     """Deterministic JSON used for every *_json column."""
     return json.dumps(obj, sort_keys=False, ensure_ascii=False, separators=(",", ":"))

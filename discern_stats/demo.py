@@ -27,14 +27,32 @@ def _spec_path(name: str) -> Path:
     return Path(str(resources.files("discern_stats.data").joinpath(name)))
 
 
+DEMO_MARKER = ".discern_stats_demo"
+
+
+def prepare_output_folder(out: Path) -> None:
+    """An empty ``out`` for the demo. A folder the demo made before (it holds the marker file) is
+    cleared; an empty folder is used; any other existing path is refused, never deleted."""
+    from .errors import InputError
+    if out.exists():
+        if not out.is_dir():
+            raise InputError(f"--out {out} exists and is not a folder; choose another --out")
+        if (out / DEMO_MARKER).is_file():
+            shutil.rmtree(out)
+        elif any(out.iterdir()):
+            raise InputError(f"--out {out} exists and was not made by the demo (no {DEMO_MARKER} file); the demo "
+                             f"deletes only its own folders: choose another --out or empty this one yourself")
+    out.mkdir(parents=True, exist_ok=True)
+    (out / DEMO_MARKER).write_text("made by `discern-stats demo`; the next demo run with this --out replaces "
+                                   "this folder\n")
+
+
 def run_demo(out: Path | str = "demo_out", *, worlds: int = 30, resamples: int = 5000, seed: int = 0,
              console: Console | None = None, models_dir: Path | str = "models", fit: bool = True,
              report: bool = True, draws: int = 1000, chains: int = 2, project: Path | str = ".") -> dict[str, Path]:
     console = console or Console()
     out = Path(out)
-    if out.exists():
-        shutil.rmtree(out)
-    out.mkdir(parents=True)
+    prepare_output_folder(out)
     url = f"sqlite:///{out / 'trials.db'}"
     t0 = time.perf_counter()
     console.rule("discern_stats demo")

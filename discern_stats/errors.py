@@ -7,8 +7,9 @@ class DiscernError(Exception):
     """Base class of every error this package raises on purpose."""
 
 
-class InputError(DiscernError):
-    """Bad user input: a file, a column, a row or a value that cannot be used.
+class InputError(DiscernError, ValueError):
+    """Bad user input: a file, a column, a row or a value that cannot be used (also a ValueError,
+    so callers that caught ValueError keep working).
 
     The message always names the file (where there is one), the row (1-based, as a
     spreadsheet shows it, counting the header as row 1) and the column.

@@ -12,6 +12,19 @@ from . import interchange
 from .db import DEFAULT_DB_URL, LLM, Attempt, Item, Request, Source, Trial, World, init_schema, make_engine
 
 
+def _check_sqlite_file(url: str) -> None:
+    from .db import normalise_url
+    from .errors import DatabaseURLError
+    try:
+        u = sa.engine.make_url(normalise_url(url))
+    except sa.exc.ArgumentError:
+        return  # make_engine names the problem
+    if u.get_backend_name() == "sqlite" and u.database not in (None, "", ":memory:") \
+            and not u.database.startswith("file:") and not Path(u.database).is_file():
+        raise DatabaseURLError(f"no database at {url} (file {Path(u.database).resolve()} does not exist); check "
+                               f"the URL (the demo writes sqlite:///demo_out/trials.db)")
+
+
 class TrialDB:
     """A trial database at a SQLAlchemy URL (SQLite file by default, or PostgreSQL).
 
@@ -19,9 +32,18 @@ class TrialDB:
     >>> df = db.trials("cue")                      # interchange DataFrame  # doctest: +SKIP
     """
 
-    def __init__(self, url: str = DEFAULT_DB_URL, *, create: bool = True):
+    def __init__(self, url: str = DEFAULT_DB_URL, *, create: bool = True, must_exist: bool = False):
+        """``must_exist`` (read-only use: info, metrics, export, report): refuse a URL with no database
+        behind it instead of creating an empty one (a typo in the URL would otherwise do that)."""
         self.url = url
+        if must_exist:
+            create = False
+            _check_sqlite_file(url)
         self.engine = make_engine(url)
+        if must_exist and not sa.inspect(self.engine).has_table(Trial.__tablename__):
+            from .errors import DatabaseURLError
+            raise DatabaseURLError(f"no discern_stats database at {url} (it has no trial table); check the URL, "
+                                   f"or create one with `discern-stats db init --db {url}`")
         if create:
             init_schema(self.engine)
 

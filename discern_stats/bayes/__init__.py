@@ -1,6 +1,7 @@
 """Hierarchical Bayesian models (PyMC, ArviZ): cue weights, discernment, intervention contrasts;
 the cue-weight models' own Gibbs sampler (`logit_gibbs`)."""
 
+from ..errors import InputError
 from .base import ESS_MIN, HDI_PROB, RHAT_MAX, BayesModel, ConvergenceWarning, check_convergence, data_hash
 from .cue_weights import CueWeightModel, InterventionContrastModel, choice_table
 from .discernment import DiscernmentModel
@@ -17,7 +18,7 @@ def fit(model: str, df, models_dir="models", *, refit: bool = False, fit_kwargs:
     """Fit (or load the matching saved fit of) ``model`` ('cue', 'discernment', 'intervention')
     on an interchange DataFrame; the Python counterpart of ``discern-stats fit``."""
     if model not in MODELS:
-        raise ValueError(f"unknown model {model!r}; expected one of {', '.join(MODELS)}")
+        raise InputError(f"unknown model {model!r}; expected one of {', '.join(MODELS)}")
     cls = MODELS[model]
     if refit:
         m = cls(df, **config)

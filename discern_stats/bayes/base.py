@@ -24,7 +24,7 @@ from typing import Any, ClassVar
 import numpy as np
 import pandas as pd
 
-from ..errors import StaleFitError
+from ..errors import InputError, StaleFitError
 
 RHAT_MAX = 1.01
 ESS_MIN = 400
@@ -127,14 +127,14 @@ class BayesModel:
         sampler (`discern_stats.bayes.logit_gibbs`; ``tune`` is burn-in, default 200)."""
         sampler = sampler or self.default_sampler
         if sampler not in SAMPLERS:
-            raise ValueError(f"unknown sampler {sampler!r}; use one of {', '.join(SAMPLERS)}")
+            raise InputError(f"unknown sampler {sampler!r}; use one of {', '.join(SAMPLERS)}")
         t0 = time.perf_counter()
         if sampler in self.own_samplers:
             tune = GIBBS_TUNE if tune is None else tune
             self.idata, stats = self.sample_own(sampler, draws=draws, tune=tune, chains=chains,
                                                 random_seed=random_seed, progressbar=progressbar, **kwargs)
         elif sampler == "gibbs":
-            raise ValueError(f"{type(self).__name__} has no Gibbs sampler; use nutpie, pymc, numpyro or blackjax")
+            raise InputError(f"{type(self).__name__} has no Gibbs sampler; use nutpie, pymc, numpyro or blackjax")
         else:
             import pymc as pm
             tune = NUTS_TUNE if tune is None else tune

@@ -39,6 +39,7 @@ import numpy as np
 import pandas as pd
 
 from ..coding import CUES, block_of, cue_codes
+from ..errors import InputError
 from .base import HDI_PROB, BayesModel, hdi_columns
 from .logit_gibbs import LogitDesign, logit_gibbs
 
@@ -94,7 +95,7 @@ class CueWeightModel(BayesModel):
         else:  # already a choice table
             d = df.copy()
         if d.empty:
-            raise ValueError("no valid P4 choices to model")
+            raise InputError("no valid P4 choices to model")
         self.cues = [k for k in CUES if (d[k] != 0).any()] if all(k in d for k in CUES) else []
         keys = ["llm", "intervention", "stratum", "world_id", "block"] + self.cues
         agg = d.groupby(keys, sort=True, observed=True)["y"].agg(k="sum", n="count").reset_index()

@@ -10,6 +10,8 @@ import json
 import re
 from dataclasses import dataclass
 
+from ..errors import InputError
+
 _FENCE = re.compile(r"^```(?:json)?\s*(.*?)\s*```$", re.S)
 _NUMBER = re.compile(r"^[-+]?(\d+(\.\d*)?|\.\d+)([eE][-+]?\d+)?$")
 
@@ -108,7 +110,7 @@ def parse(answer_format: str, text: str, *, want_reliability: bool = False) -> P
         return parse_integer(text)
     if answer_format == "number":
         return parse_number(text, want_reliability=want_reliability)
-    raise ValueError(f"unknown answer format {answer_format!r}")
+    raise InputError(f"unknown answer format {answer_format!r}")
 
 
 def failure_status(text: str) -> str:

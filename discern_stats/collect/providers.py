@@ -89,6 +89,39 @@ def build_chat_model(spec: LLMSpec, run: RunSpec, *, knowledge: dict[str, float]
     raise SpecError(f"unknown provider {spec.provider!r}")  # pragma: no cover - validated in spec
 
 
+def endpoint(spec: LLMSpec) -> str:
+    """host:port the LLM's requests go to (for error messages; never a key)."""
+    from urllib.parse import urlsplit
+    if spec.kind == "synthetic":
+        return "in-process simulator"
+    default = {"openai": "https://api.openai.com", "anthropic": "https://api.anthropic.com",
+               "ollama": "http://127.0.0.1:11434"}[spec.kind]
+    u = urlsplit(spec.base_url or default)
+    port = u.port or (443 if u.scheme == "https" else 80)
+    return f"{u.hostname}:{port}"
+
+
+def validate_llms(run: RunSpec) -> None:
+    """Everything about the spec's LLMs that can be checked without sending a request: provider
+    settings, API-key variables, synthetic profiles and base URLs. Raises `SpecError` before any
+    database write, so a refused run leaves the database as it was."""
+    from urllib.parse import urlsplit
+    for m in run.llms:
+        if m.base_url is not None:
+            u = urlsplit(m.base_url)
+            if u.scheme not in ("http", "https") or not u.hostname:
+                raise SpecError(f"LLM {m.name!r}: base_url {m.base_url!r} is not an http(s) URL with a host")
+            try:
+                u.port
+            except ValueError:
+                raise SpecError(f"LLM {m.name!r}: base_url {m.base_url!r} has an invalid port") from None
+        model = build_chat_model(m, run)
+        try:
+            asyncio.run(close_chat_model(model))
+        except RuntimeError:  # pragma: no cover - called inside a running loop: nothing was opened there
+            pass
+
+
 async def close_chat_model(model: Any) -> None:
     """Close an HTTP client the collector created for a chat model (no-op otherwise)."""
     for attr in ("http_async_client", "async_client"):

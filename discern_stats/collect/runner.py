@@ -24,6 +24,7 @@ import os
 import queue
 import socket
 import subprocess
+import threading
 import time
 import uuid
 from collections.abc import Iterator
@@ -36,13 +37,19 @@ from langchain_core.messages import AIMessage, BaseMessage, HumanMessage, System
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn, TimeRemainingColumn
 from tenacity import AsyncRetrying, retry_if_exception, stop_after_attempt, wait_exponential_jitter
 
-from ..db import LLM, Attempt, Item, Request, Run, Source, Trial, dumps, insert_ignore, insert_ignore_many, utcnow
+from ..db import (LLM, Attempt, Item, Request, Run, Source, Trial, dumps, insert_ignore, insert_ignore_many,
+                  upsert_many, utcnow)
 from ..errors import CollectorError, SpecError
 from ..interchange import trial_key
 from ..trialdb import TrialDB
 from .parsing import failure_status, parse
-from .providers import build_chat_model, close_chat_model, error_type, http_status, is_retryable
+from .providers import (build_chat_model, close_chat_model, endpoint, error_type, http_status, is_retryable,
+                        validate_llms)
 from .spec import LLMSpec, RetryPolicy, RunSpec
+
+
+NO_OUTCOME = "no_outcome"
+NO_OUTCOME_TEXT = "no outcome recorded: the collector stopped (or lost its lease) after claiming this attempt"
 
 
 def collector_id() -> str:
@@ -72,6 +79,7 @@ class CollectResult:
     lost_leases: int = 0
     elapsed_s: float = 0.0
     per_llm: dict[str, dict[str, int]] = field(default_factory=dict)
+    failure_causes: dict[str, int] = field(default_factory=dict)  # "llm: cause at host:port" -> trials
 
     @property
     def rate(self) -> float:
@@ -79,34 +87,62 @@ class CollectResult:
 
 
 # ---------------------------------------------------------------- planning
+def preflight(db: TrialDB, spec: RunSpec) -> None:
+    """Every check that can refuse a run, before its first write (a refused run leaves the database
+    as it was): the LLMs' settings, keys, profiles and URLs (`providers.validate_llms`), LLM names
+    bound to other settings, and planned requests for the spec."""
+    validate_llms(spec)
+    _check_llm_names(db, spec)
+    _planned_requests(db, spec)
+
+
+def _check_llm_names(db: TrialDB, spec: RunSpec) -> None:
+    with db.engine.connect() as conn:
+        got = {r.name: r.params_json for r in conn.execute(sa.select(LLM.name, LLM.params_json)
+                                                           .where(LLM.name.in_([m.name for m in spec.llms])))}
+    for m in spec.llms:
+        if m.name in got and got[m.name] != m.params_json():
+            raise SpecError(f"LLM name {m.name!r} is already in the database with other settings "
+                            f"({got[m.name]}); give these settings a new name")
+
+
 def ensure_llms(db: TrialDB, spec: RunSpec) -> dict[str, int]:
+    _check_llm_names(db, spec)
     rows = [{"name": m.name, "provider": m.kind, "model_id": m.model, "base_url": m.base_url,
              "params_json": m.params_json(), "is_simulator": m.kind == "synthetic"} for m in spec.llms]
     with db.engine.begin() as conn:
         insert_ignore(conn, LLM, rows, ["name"])
         got = {r.name: r for r in conn.execute(sa.select(LLM.name, LLM.id, LLM.params_json)
                                                .where(LLM.name.in_([m.name for m in spec.llms])))}
-    for m in spec.llms:
-        if got[m.name].params_json != m.params_json():
-            raise SpecError(f"LLM name {m.name!r} is already in the database with other settings "
-                            f"({got[m.name].params_json}); give these settings a new name")
+    _check_llm_names(db, spec)  # another collector may have bound a name in between
     return {n: r.id for n, r in got.items()}
 
 
-def plan_trials(db: TrialDB, spec: RunSpec, llm_ids: dict[str, int]) -> int:
-    """Insert the plan's trial rows (idempotent). Returns the number of planned trials."""
-    R, T = Request.__table__, Trial.__table__
+def _request_filter(spec: RunSpec) -> list[Any]:
+    R = Request.__table__
     cond = [R.c.design == spec.design]
     if spec.design == "cue":
         cond.append(R.c.intervention.in_(spec.interventions or ["C0"]))
     elif spec.strategies:
         cond.append(R.c.strategy.in_(spec.strategies))
-    q = sa.select(R.c.id, R.c.key).where(*cond).order_by(R.c.id)
+    return cond
+
+
+def _planned_requests(db: TrialDB, spec: RunSpec) -> list[Any]:
+    R = Request.__table__
     with db.engine.connect() as conn:
-        reqs = conn.execute(q).all()
+        reqs = conn.execute(sa.select(R.c.id, R.c.key).where(*_request_filter(spec)).order_by(R.c.id)).all()
     if not reqs:
         raise SpecError(f"no planned {spec.design} requests in the database for this spec; run "
                         f"`discern-stats design {spec.design}` first")
+    return reqs
+
+
+def plan_trials(db: TrialDB, spec: RunSpec, llm_ids: dict[str, int]) -> int:
+    """Insert the plan's trial rows (idempotent). Returns the number of planned trials."""
+    R, T = Request.__table__, Trial.__table__
+    cond = _request_filter(spec)
+    reqs = _planned_requests(db, spec)
     total = 0
     with db.engine.begin() as conn:
         for m in spec.llms:
@@ -131,22 +167,39 @@ def open_trials(db: TrialDB, spec: RunSpec, llm_ids: dict[str, int]) -> int:
                             .where(T.c.llm_id.in_(list(llm_ids.values())), sa.or_(*states))).scalar()
 
 
+def _dead_here(holders: list[str]) -> list[str]:
+    """Collector ids (host:pid:uuid) of processes on this host that no longer exist."""
+    host = socket.gethostname()
+    dead = []
+    for h in holders:
+        parts = (h or "").split(":")
+        if len(parts) >= 2 and parts[0] == host and parts[1].isdigit():
+            try:
+                os.kill(int(parts[1]), 0)
+            except ProcessLookupError:
+                dead.append(h)
+            except PermissionError:
+                pass
+    return dead
+
+
+def mark_interrupted_runs(db: TrialDB) -> int:
+    """Runs still 'running' whose collector process on this host is gone become 'interrupted'."""
+    Rn = Run.__table__
+    with db.engine.begin() as conn:
+        dead = _dead_here([r[0] for r in conn.execute(sa.select(Rn.c.host).where(Rn.c.status == "running"))])
+        if not dead:
+            return 0
+        return len(conn.execute(sa.update(Rn).where(Rn.c.status == "running", Rn.c.host.in_(dead))
+                                .values(status="interrupted").returning(Rn.c.id)).fetchall())
+
+
 def release_dead_claims(db: TrialDB) -> int:
     """Return to 'pending' the claims of collectors on this host whose process is gone."""
-    host = socket.gethostname()
     T = Trial.__table__
     with db.engine.begin() as conn:
-        holders = [r[0] for r in conn.execute(sa.select(T.c.claimed_by).where(T.c.state == "claimed").distinct())]
-        dead = []
-        for h in holders:
-            parts = (h or "").split(":")
-            if len(parts) >= 2 and parts[0] == host and parts[1].isdigit():
-                try:
-                    os.kill(int(parts[1]), 0)
-                except ProcessLookupError:
-                    dead.append(h)
-                except PermissionError:
-                    pass
+        dead = _dead_here([r[0] for r in conn.execute(sa.select(T.c.claimed_by).where(T.c.state == "claimed")
+                                                      .distinct())])
         if not dead:
             return 0
         res = conn.execute(sa.update(T).where(T.c.state == "claimed", T.c.claimed_by.in_(dead))
@@ -156,7 +209,7 @@ def release_dead_claims(db: TrialDB) -> int:
 
 def claim(db: TrialDB, llm_id: int, me: str, n: int, lease_s: float, retry_failed: bool = False) -> list[dict[str, Any]]:
     """Atomically claim up to ``n`` eligible trials of one LLM and return what is needed to run them."""
-    claim_ids, jobs, priors = _claim_statements(retry_failed)
+    claim_ids, jobs, priors, last_attempt = _claim_statements(retry_failed)
     now = utcnow()
     with db.engine.begin() as conn:
         ids = [r[0] for r in conn.execute(claim_ids, {"b_llm": llm_id, "b_now": now, "b_n": n, "b_me": me,
@@ -164,6 +217,14 @@ def claim(db: TrialDB, llm_id: int, me: str, n: int, lease_s: float, retry_faile
         if not ids:
             return []
         out = [dict(r) for r in conn.execute(jobs, {"b_ids": ids}).mappings().all()]
+        # the first attempt of each claimed trial gets its row now, in the claim's transaction, so a
+        # request that leaves the machine always has one (a later kill leaves it with no outcome)
+        last = dict(conn.execute(last_attempt, {"b_ids": ids}).all())
+        for r in out:
+            r["first_attempt"] = max(int(last.get(r["id"]) or 0), int(r["n_attempts"] or 0)) + 1
+        insert_ignore_many(conn, Attempt, [{"trial_id": r["id"], "n": r["first_attempt"], "collector": me,
+                                            "started_at": now, "ok": False, "error_type": NO_OUTCOME,
+                                            "error": NO_OUTCOME_TEXT} for r in out], ["trial_id", "n"])
         parents = [r["parent_key"] for r in out if r["parent_key"]]
         if parents:
             prior = {(r.key, r.repeat): r for r in conn.execute(priors, {"b_parents": sorted(set(parents)),
@@ -176,11 +237,12 @@ def claim(db: TrialDB, llm_id: int, me: str, n: int, lease_s: float, retry_faile
 
 
 @functools.cache
-def _claim_statements(retry_failed: bool) -> tuple[Any, Any, Any]:
-    """The three statements of `claim`, built once with bound parameters (SQLAlchemy then reuses
+def _claim_statements(retry_failed: bool) -> tuple[Any, Any, Any, Any]:
+    """The statements of `claim`, built once with bound parameters (SQLAlchemy then reuses
     their compiled form; building them took a few per cent of the collector's CPU):
     claim up to ``n`` eligible trials of ``llm_id`` (``FOR UPDATE SKIP LOCKED`` on PostgreSQL;
-    a posterior only once its prior is done), read the claimed jobs, read the priors' answers."""
+    a posterior only once its prior is done), read the claimed jobs, read the priors' answers,
+    read the last attempt number of each claimed trial."""
     T, R = Trial.__table__, Request.__table__
     P, PR = T.alias("p"), R.alias("pr")
     now = sa.bindparam("b_now", type_=T.c.lease_until.type)  # b_: column names are reserved in UPDATE
@@ -205,7 +267,10 @@ def _claim_statements(retry_failed: bool) -> tuple[Any, Any, Any]:
               .select_from(P.join(PR, P.c.request_id == PR.c.id))
               .where(PR.c.key.in_(sa.bindparam("b_parents", expanding=True)), P.c.llm_id == sa.bindparam("b_llm"),
                      P.c.state == "done"))
-    return claim_ids, jobs, priors
+    A = Attempt.__table__
+    last_attempt = (sa.select(A.c.trial_id, sa.func.max(A.c.n))
+                    .where(A.c.trial_id.in_(sa.bindparam("b_ids", expanding=True))).group_by(A.c.trial_id))
+    return claim_ids, jobs, priors, last_attempt
 
 
 def _to_messages(job: dict[str, Any]) -> list[BaseMessage]:
@@ -250,6 +315,10 @@ async def _with_retries(once: Any, r: RetryPolicy) -> Any:
                                retry=retry_if_exception(is_retryable), reraise=True)(once)
 
 
+class LeaseLost(Exception):
+    """The collector no longer holds the trial (its lease expired and another collector claimed it)."""
+
+
 class Collector:
     def __init__(self, db: TrialDB, spec: RunSpec, *, me: str | None = None, progress: bool = True,
                  max_requests: int | None = None, plan: bool = True, shared_done: Any = None,
@@ -271,6 +340,50 @@ class Collector:
         self.results: asyncio.Queue = asyncio.Queue()
         self.sent = 0
         self.state: dict[str, dict[str, Any]] = {}
+        # leases: ids of the trials this collector holds (claimed, result not yet written), and those
+        # whose lease a heartbeat found gone (another collector may have claimed them)
+        self.held: set[int] = set()
+        self.lost: set[int] = set()
+        self._lease_lock = threading.Lock()
+
+    def _hold(self, jobs: list[dict[str, Any]]) -> None:
+        with self._lease_lock:
+            self.held.update(j["id"] for j in jobs)
+
+    def _release(self, ids: list[int]) -> None:
+        with self._lease_lock:
+            self.held.difference_update(ids)
+
+    def _heartbeat(self, stop: threading.Event) -> None:
+        """Renew the lease of every trial this collector holds, every lease_s / 3 seconds (a thread of
+        its own, so a busy event loop cannot starve it); a trial the renewal no longer finds claimed
+        by this collector has lost its lease (it expired first, and another collector took it)."""
+        T = Trial.__table__
+        every = self.spec.lease_s / 3
+        while not stop.wait(every):
+            with self._lease_lock:
+                before = set(self.held)
+            if not before:
+                continue
+            try:
+                with self.db.engine.begin() as conn:
+                    renewed = {r[0] for r in conn.execute(
+                        sa.update(T).where(T.c.claimed_by == self.me, T.c.state == "claimed")
+                        .values(lease_until=utcnow() + dt.timedelta(seconds=self.spec.lease_s)).returning(T.c.id))}
+            except Exception:  # noqa: BLE001 - a database hiccup: try again at the next beat
+                continue
+            with self._lease_lock:
+                gone = (before - renewed) & self.held
+                self.lost.update(gone)
+                self.held.difference_update(gone)
+
+    def _note_failure(self, upd: dict[str, Any]) -> None:
+        key = upd.get("cause") or "unknown"
+        self.result.failure_causes[key] = self.result.failure_causes.get(key, 0) + 1
+
+    def _record_attempt_start(self, a: dict[str, Any]) -> None:
+        with self.db.engine.begin() as conn:
+            insert_ignore_many(conn, Attempt, [a], ["trial_id", "n"])
 
     def _knowledge(self) -> tuple[dict[str, float], dict[str, tuple[float, float]]]:
         with self.db.engine.connect() as conn:
@@ -285,10 +398,11 @@ class Collector:
         planned = plan_trials(self.db, spec, llm_ids) if self.plan else 0
         if self.plan:
             release_dead_claims(self.db)
+            mark_interrupted_runs(self.db)
         with self.db.engine.begin() as conn:
             run_id = conn.execute(sa.insert(Run.__table__).values(
                 spec_name=spec.name, spec_json=spec.model_dump_json(), code_version=code_version(),
-                started_at=utcnow(), status="running", host=socket.gethostname()).returning(Run.__table__.c.id)).scalar_one()
+                started_at=utcnow(), status="running", host=self.me).returning(Run.__table__.c.id)).scalar_one()
         self.result = CollectResult(run_id=run_id, planned=planned)
         todo = open_trials(self.db, spec, llm_ids)
         if self.budget is not None:
@@ -301,6 +415,9 @@ class Collector:
                             TextColumn("{task.fields[rate]:.1f} req/s"), TextColumn("retries {task.fields[retries]}"),
                             TextColumn("invalid {task.fields[invalid]}"), TimeElapsedColumn(), TimeRemainingColumn(),
                             disable=not self.show_progress, transient=False)
+        beat_stop = threading.Event()
+        beat = threading.Thread(target=self._heartbeat, args=(beat_stop,), daemon=True, name="lease-heartbeat")
+        beat.start()
         with progress:
             self.task = progress.add_task(f"collect {spec.name}", total=todo, rate=0.0, retries=0, invalid=0)
             self.progress = progress
@@ -316,6 +433,7 @@ class Collector:
             finally:
                 if ticker is not None:
                     ticker.cancel()
+                beat_stop.set()
                 for model in models.values():
                     await close_chat_model(model)
         self.result.elapsed_s = time.perf_counter() - t0
@@ -340,19 +458,36 @@ class Collector:
             self._show_progress(t0)
 
     def _take_budget(self, n: int) -> int:
-        """How many of ``n`` more requests the budget allows (shared by all worker processes)."""
+        """Reserve up to ``n`` requests of the budget (shared by all worker processes) and return how
+        many were granted. The reservation counts at once, so two LLM loops (or processes) never read
+        the same unspent budget across the await of a claim; `_return_budget` gives back what the
+        claim did not use."""
         if self.budget is None:
+            self.sent += n
             return n
         if self.shared_sent is None:
-            return max(0, min(n, self.budget - self.sent))
+            granted = max(0, min(n, self.budget - self.sent))
+            self.sent += granted
+            return granted
         with self.shared_sent.get_lock():
-            return max(0, min(n, self.budget - self.shared_sent.value))
+            granted = max(0, min(n, self.budget - self.shared_sent.value))
+            self.shared_sent.value += granted
+        self.sent += granted
+        return granted
 
-    def _spend_budget(self, n: int) -> None:
-        self.sent += n
-        if self.shared_sent is not None:
+    def _return_budget(self, n: int) -> None:
+        if n <= 0:
+            return
+        self.sent -= n
+        if self.budget is not None and self.shared_sent is not None:
             with self.shared_sent.get_lock():
-                self.shared_sent.value += n
+                self.shared_sent.value -= n
+
+    def _budget_left(self) -> bool:
+        if self.budget is None:
+            return True
+        used = self.shared_sent.value if self.shared_sent is not None else self.sent
+        return used < self.budget
 
     async def _llm_loop(self, m: LLMSpec, llm_id: int, model: Any) -> None:
         """Claim -> run -> write for one LLM. ``running`` bounds concurrency; ``unflushed``
@@ -386,15 +521,19 @@ class Collector:
             want = self._take_budget(max(4, 3 * slots) - st["running"]) if st["running"] < 2 * slots else 0
             jobs = []
             if want > 0:
-                jobs = await asyncio.to_thread(claim, self.db, llm_id, self.me, want, spec.lease_s, spec.retry_failed)
+                try:
+                    jobs = await asyncio.to_thread(claim, self.db, llm_id, self.me, want, spec.lease_s,
+                                                   spec.retry_failed)
+                finally:
+                    self._return_budget(want - len(jobs))
             if jobs:
-                self._spend_budget(len(jobs))
+                self._hold(jobs)
                 st["running"] += len(jobs)
                 st["unflushed"] += len(jobs)
                 for j in jobs:
                     queue.put_nowait(j)
                 continue
-            if st["running"] == 0 and st["unflushed"] == 0 and (want > 0 or self._take_budget(1) == 0):
+            if st["running"] == 0 and st["unflushed"] == 0 and (want > 0 or not self._budget_left()):
                 break
             st["event"].clear()
             try:
@@ -409,18 +548,26 @@ class Collector:
         spec = self.spec
         messages = _to_messages(job)
         attempts: list[dict[str, Any]] = []
-        n0 = int(job["n_attempts"] or 0)
+        n0 = int(job["first_attempt"]) - 1  # the claim wrote the first attempt's row
         started = utcnow()
 
         async def once() -> Any:
-            a = {"trial_id": job["id"], "n": n0 + len(attempts) + 1, "collector": self.me, "started_at": utcnow()}
+            if job["id"] in self.lost:  # another collector holds this trial now: do not pay for it twice
+                raise LeaseLost(f"the lease on trial {job['id']} was lost")
+            a = {"trial_id": job["id"], "n": n0 + len(attempts) + 1, "collector": self.me, "started_at": utcnow(),
+                 "ok": False, "error_type": NO_OUTCOME, "error": NO_OUTCOME_TEXT}
+            if attempts:  # a retry: its row goes in before the request leaves
+                await asyncio.to_thread(self._record_attempt_start, a)
             attempts.append(a)
             t = time.perf_counter()
             try:
                 out = await asyncio.wait_for(model.ainvoke(messages), timeout=spec.timeout_s)
             except BaseException as exc:  # noqa: BLE001 - every error is recorded
+                text = f"{type(exc).__name__}: {exc}"
+                if isinstance(exc, (asyncio.TimeoutError, TimeoutError)) and not str(exc):
+                    text = f"TimeoutError: no answer within timeout_s={spec.timeout_s:g} s from {endpoint(m)}"
                 a.update(latency_ms=1000 * (time.perf_counter() - t), ok=False, error_type=error_type(exc),
-                         error=_redact(f"{type(exc).__name__}: {exc}", self.secrets)[:2000], http_status=http_status(exc))
+                         error=_redact(text, self.secrets)[:2000], http_status=http_status(exc))
                 raise
             a.update(latency_ms=1000 * (time.perf_counter() - t), ok=True)
             return out
@@ -428,9 +575,16 @@ class Collector:
         upd: dict[str, Any] = {"id": job["id"], "started_at": started}
         try:
             out = await _with_retries(once, spec.retry)
+        except LeaseLost:
+            upd.update(state="lost")
         except Exception as exc:  # noqa: BLE001
+            last = attempts[-1] if attempts else {}
+            cause = last.get("error_type") or error_type(exc)
+            if last.get("http_status"):
+                cause += f" (HTTP {last['http_status']})"
             upd.update(state="failed", status="api_error", valid=False,
-                       error=_redact(f"{type(exc).__name__}: {exc}", self.secrets)[:2000])
+                       error=last.get("error") or _redact(f"{type(exc).__name__}: {exc}", self.secrets)[:2000],
+                       cause=f"{m.name}: {cause} at {endpoint(m)}")
         else:
             raw = out.content if isinstance(out.content, str) else json.dumps(out.content)
             want_rel = job.get("strategy") == "Reliability" and job.get("stage") == "posterior"
@@ -458,7 +612,7 @@ class Collector:
                 "rated_reliability", "choice", "correct", "latency_ms", "tokens_in", "tokens_out", "messages_json",
                 "n_attempts", "started_at", "finished_at"]
         stmt = (sa.update(T).where(T.c.id == sa.bindparam("_id"), T.c.claimed_by == self.me, T.c.state == "claimed")
-                .values({c: sa.bindparam("_" + c) for c in cols}))
+                .values({c: sa.bindparam("_" + c) for c in cols + ["run_id"]}))
         stop = False
         res = self.result
         while not stop:
@@ -474,10 +628,11 @@ class Collector:
                 continue
             params, attempts = [], []
             for name, upd, atts in batch:
-                params.append({"_id": upd["id"], **{"_" + c: upd.get(c) for c in cols}})
+                if upd.get("state") != "lost":
+                    params.append({"_id": upd["id"], "_run_id": res.run_id, **{"_" + c: upd.get(c) for c in cols}})
                 attempts.extend(atts)
-            updated = await asyncio.to_thread(self._flush, stmt, params, attempts)
-            res.lost_leases += len(batch) - updated
+            self._release([p["_id"] for p in params])
+            written = await asyncio.to_thread(self._flush, stmt, params, attempts)
             for name, upd, atts in batch:
                 self.state[name]["unflushed"] -= 1
                 self.state[name]["event"].set()
@@ -485,7 +640,9 @@ class Collector:
                 e["attempts"] += len(atts)
                 res.attempts += len(atts)
                 res.retries += max(0, len(atts) - 1)
-                if upd["state"] == "done":
+                if upd["id"] not in written:  # the lease was lost: another collector answers this trial
+                    res.lost_leases += 1
+                elif upd["state"] == "done":
                     e["done"] += 1
                     res.done += 1
                     if upd.get("valid"):
@@ -494,21 +651,24 @@ class Collector:
                 else:
                     e["failed"] += 1
                     res.failed += 1
+                    self._note_failure(upd)
             if self.shared_done is not None:
                 with self.shared_done.get_lock():
                     self.shared_done.value += len(batch)
             self._show_progress(t0, retries=res.retries, invalid=res.done - res.valid)
 
-    def _flush(self, stmt: Any, params: list[dict[str, Any]], attempts: list[dict[str, Any]]) -> int:
+    def _flush(self, stmt: Any, params: list[dict[str, Any]], attempts: list[dict[str, Any]]) -> set[int]:
+        """Write results of trials this collector still holds and every attempt's outcome; returns the
+        ids of the trials written (rowcount of executemany is unreliable across drivers)."""
         T = Trial.__table__
         with self.db.engine.begin() as conn:
-            # rowcount of executemany is unreliable across drivers: count rows we still hold
             ids = [p["_id"] for p in params]
-            held = conn.execute(sa.select(sa.func.count()).select_from(T)
-                                .where(T.c.id.in_(ids), T.c.claimed_by == self.me, T.c.state == "claimed")).scalar()
-            conn.execute(stmt, params)
-            insert_ignore_many(conn, Attempt, attempts, ["trial_id", "n"])
-        return int(held or 0)
+            held = {r[0] for r in conn.execute(sa.select(T.c.id).where(
+                T.c.id.in_(ids), T.c.claimed_by == self.me, T.c.state == "claimed"))} if ids else set()
+            if params:
+                conn.execute(stmt, params)
+            upsert_many(conn, Attempt, attempts, ["trial_id", "n"])
+        return held
 
 
 def collect(db: TrialDB | str, spec: RunSpec, *, progress: bool = True, max_requests: int | None = None,
@@ -523,6 +683,7 @@ def collect(db: TrialDB | str, spec: RunSpec, *, progress: bool = True, max_requ
     """
     if isinstance(db, str):
         db = TrialDB(db)
+    preflight(db, spec)
     n = min(workers or spec.workers, spec.concurrency)
     if n <= 1:
         return _run_async(Collector(db, spec, progress=progress, max_requests=max_requests, me=me).run())
@@ -562,6 +723,16 @@ def _shares(total: int, n: int) -> list[int]:
     return [total // n + (i < total % n) for i in range(n)]
 
 
+def _exit_with_parent(parent: int, every_s: float = 0.5) -> None:
+    """A worker's watch: when the parent process is gone (killed), the worker stops at once. Its
+    claims stay leased until they expire, or until the next collector on this host releases them
+    (`release_dead_claims`); every request it sent has its attempt row (written at claim time)."""
+    while True:
+        time.sleep(every_s)
+        if os.getppid() != parent:
+            os._exit(3)
+
+
 def _worker_main(url: str, spec_json: str, concurrency: int, budget: int | None, done: Any, sent: Any,
                  ready: Any, go: Any, out: Any) -> None:
     """Entry point of a collector worker process (spawned by `collect`): it imports while the
@@ -571,6 +742,7 @@ def _worker_main(url: str, spec_json: str, concurrency: int, budget: int | None,
     while not go.wait(1.0):
         if os.getppid() != parent:
             return
+    threading.Thread(target=_exit_with_parent, args=(parent,), daemon=True, name="parent-watch").start()
     db = TrialDB(url, create=False)
     try:
         res = _run_async(Collector(db, spec, progress=False, max_requests=budget, plan=False, shared_done=done,
@@ -605,6 +777,7 @@ def _collect_with_workers(db: TrialDB, spec: RunSpec, n: int, *, progress: bool,
         llm_ids = ensure_llms(db, spec)
         planned = plan_trials(db, spec, llm_ids)
         release_dead_claims(db)
+        mark_interrupted_runs(db)
         go.set()
         mine = Collector(db, spec.model_copy(update={"concurrency": conc[0]}), progress=progress,
                          max_requests=budget, plan=False, shared_done=counters[0], others_done=counters[1:],
@@ -646,6 +819,8 @@ def _collect_with_workers(db: TrialDB, spec: RunSpec, n: int, *, progress: bool,
 def _add_counts(total: CollectResult, r: dict[str, Any]) -> None:
     for k in ("sent", "done", "valid", "failed", "attempts", "retries", "lost_leases"):
         setattr(total, k, getattr(total, k) + r[k])
+    for cause, k in r.get("failure_causes", {}).items():
+        total.failure_causes[cause] = total.failure_causes.get(cause, 0) + k
     for name, e in r["per_llm"].items():
         t = total.per_llm.setdefault(name, {"done": 0, "valid": 0, "failed": 0, "attempts": 0})
         for k, v in e.items():

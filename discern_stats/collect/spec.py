@@ -146,8 +146,14 @@ def load_spec(path: str | Path) -> RunSpec:
         data = yaml.safe_load(p.read_text(encoding="utf-8"))
     except FileNotFoundError:
         raise SpecError(f"spec file {p} does not exist") from None
+    except IsADirectoryError:
+        raise SpecError(f"spec {p} is a directory; give a YAML file, e.g. collection/demo_cue.yaml") from None
+    except PermissionError:
+        raise SpecError(f"spec file {p} cannot be read (permission denied)") from None
+    except UnicodeDecodeError as exc:
+        raise SpecError(f"spec file {p} is not UTF-8 text (byte {exc.start}); save it as UTF-8") from None
     except yaml.YAMLError as exc:
-        raise SpecError(f"spec file {p} is not valid YAML: {exc}") from None
+        raise SpecError(f"spec file {p} is not valid YAML: {' '.join(str(exc).split())}") from None
     if not isinstance(data, dict):
         raise SpecError(f"spec file {p} must hold a mapping at the top level")
     return spec_from_dict(data, source=str(p))

@@ -36,6 +36,7 @@ import random
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
+from ..errors import InputError
 from .tokens import count_tokens
 
 STRATA = {"core": 300, "structural": 120, "naturalized": 80}
@@ -388,7 +389,7 @@ def apply_intervention(w: WorldSpec, ctx: Context, base_text: str, intervention:
         return base_text + "\n\n" + ledger
     if intervention == "C4":
         return base_text + "\n\n" + ledger + "\n" + RULE
-    raise ValueError(f"unknown intervention {intervention!r}; expected one of {', '.join(INTERVENTIONS)}")
+    raise InputError(f"unknown intervention {intervention!r}; expected one of {', '.join(INTERVENTIONS)}")
 
 
 def _mc(w: WorldSpec, question: str) -> tuple[str, dict[str, str]]:

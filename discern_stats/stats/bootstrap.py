@@ -21,6 +21,8 @@ from typing import Any
 import numpy as np
 from scipy import stats as sps
 
+from ..errors import InputError
+
 DEFAULT_RESAMPLES = 5000
 
 
@@ -149,12 +151,12 @@ def summarise(theta: float, boot: np.ndarray, jack: np.ndarray | None = None, *,
               level: float = 0.95) -> Interval:
     if method == "bca":
         if jack is None:
-            raise ValueError("BCa needs the jackknife values")
+            raise InputError("BCa needs the jackknife values")
         lo, hi = bca_interval(theta, boot, jack, level)
     elif method == "percentile":
         lo, hi = percentile_interval(boot, level)
     else:
-        raise ValueError(f"unknown interval method {method!r}; use 'percentile' or 'bca'")
+        raise InputError(f"unknown interval method {method!r}; use 'percentile' or 'bca'")
     b = boot[np.isfinite(boot)]
     return Interval(float(theta), lo, hi, boot_p_value(boot), float(b.std(ddof=1)) if b.size > 1 else np.nan,
                     method, level)
