@@ -23,13 +23,18 @@ from langchain_core.messages import AIMessage, HumanMessage, SystemMessage
 class FakeOpenAIServer:
     def __init__(self, profile: str = "source-sensitive", *, latency_ms: float = 0.0, fault_rate: float = 0.0,
                  faults: tuple[str, ...] = ("429", "500", "delay", "malformed"), delay_s: float = 0.3,
-                 seed: int = 0, port: int = 0, invalid_rate: float | None = None):
+                 seed: int = 0, port: int = 0, invalid_rate: float | None = None,
+                 rate_limit_rps: float | None = None, retry_after_s: float | None = None):
         from .collect.synthetic import SyntheticChatModel
         self.model = SyntheticChatModel(profile_name=profile, latency_ms=0, invalid_rate=invalid_rate)
         self.latency_ms, self.fault_rate, self.faults, self.delay_s = latency_ms, fault_rate, faults, delay_s
         self.rng = random.Random(seed)
         self.port = port
-        self.counts: dict[str, int] = {"requests": 0, "ok": 0, **{f: 0 for f in faults}}
+        self.counts: dict[str, int] = {"requests": 0, "ok": 0, "rate_limited": 0, **{f: 0 for f in faults}}
+        # rate limit: a token bucket of rate_limit_rps tokens per second holding at most a tenth of a
+        # second's worth; a request without a token gets 429 (with Retry-After when retry_after_s is set)
+        self.rate_limit_rps, self.retry_after_s = rate_limit_rps, retry_after_s
+        self._tokens, self._refilled = (max(1.0, rate_limit_rps / 10) if rate_limit_rps else 0.0), time.monotonic()
         self._loop: asyncio.AbstractEventLoop | None = None
         self._thread: threading.Thread | None = None
         self._ready = threading.Event()
@@ -49,8 +54,10 @@ class FakeOpenAIServer:
                 body = await reader.readexactly(int(headers.get("content-length", "0")))
                 status, payload = await self._respond(method, path, body)
                 data = payload if isinstance(payload, bytes) else json.dumps(payload).encode()
+                extra = (f"Retry-After: {self.retry_after_s:g}\r\n" if status == 429 and self.retry_after_s is not None
+                         else "")
                 writer.write(f"HTTP/1.1 {status} X\r\nContent-Type: application/json\r\nContent-Length: {len(data)}\r\n"
-                             f"Connection: keep-alive\r\n\r\n".encode() + data)
+                             f"{extra}Connection: keep-alive\r\n\r\n".encode() + data)
                 await writer.drain()
         except (asyncio.IncompleteReadError, ConnectionResetError, asyncio.LimitOverrunError, ValueError,
                 asyncio.CancelledError):
@@ -62,6 +69,15 @@ class FakeOpenAIServer:
         self.counts["requests"] += 1
         if not path.endswith("/chat/completions") or method != "POST":
             return 404, {"error": {"message": f"no route {method} {path}"}}
+        if self.rate_limit_rps:
+            now = time.monotonic()
+            cap = max(1.0, self.rate_limit_rps / 10)
+            self._tokens = min(cap, self._tokens + (now - self._refilled) * self.rate_limit_rps)
+            self._refilled = now
+            if self._tokens < 1:
+                self.counts["rate_limited"] += 1
+                return 429, {"error": {"message": "rate limit exceeded", "type": "rate_limit"}}
+            self._tokens -= 1
         fault = None
         if self.fault_rate and self.rng.random() < self.fault_rate:
             fault = self.rng.choice(self.faults)
@@ -132,8 +148,10 @@ class FakeOpenAIServer:
 
 
 def serve_forever(profile: str = "source-sensitive", port: int = 8765, latency_ms: float = 0.0,
-                  fault_rate: float = 0.0) -> None:  # pragma: no cover - used by benchmarks in a subprocess
-    srv = FakeOpenAIServer(profile, port=port, latency_ms=latency_ms, fault_rate=fault_rate).start()
+                  fault_rate: float = 0.0, rate_limit_rps: float | None = None,
+                  retry_after_s: float | None = None) -> None:  # pragma: no cover - benchmarks, in a subprocess
+    srv = FakeOpenAIServer(profile, port=port, latency_ms=latency_ms, fault_rate=fault_rate,
+                           rate_limit_rps=rate_limit_rps, retry_after_s=retry_after_s).start()
     print(f"serving {srv.base_url}", flush=True)
     try:
         while True:

@@ -37,9 +37,10 @@ from pydantic import PrivateAttr
 class DirectHTTPError(Exception):
     """A non-2xx answer; ``status_code`` is what the retry classifier reads."""
 
-    def __init__(self, status_code: int, body: str) -> None:
+    def __init__(self, status_code: int, body: str, headers: dict[str, str] | None = None) -> None:
         super().__init__(f"HTTP {status_code}: {body[:500]}")
         self.status_code = status_code
+        self.headers = headers or {}  # Retry-After of a 429
 
 
 class MalformedResponseError(ValueError):
@@ -97,7 +98,7 @@ class DirectChatCompletions:
         except aiohttp.ClientConnectionError as exc:  # refused, reset, server disconnected
             raise DirectConnectionError(f"{type(exc).__name__}: {exc}") from exc
         if not 200 <= status < 300:
-            raise DirectHTTPError(status, text)
+            raise DirectHTTPError(status, text, resp_headers)
         try:
             body = json.loads(text)
         except json.JSONDecodeError as exc:

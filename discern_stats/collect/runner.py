@@ -43,6 +43,7 @@ from ..errors import CollectorError, SpecError
 from ..interchange import trial_key
 from ..trialdb import TrialDB
 from .parsing import failure_status, parse
+from .ratelimit import AdaptiveLimit, retry_after_s
 from .providers import (build_chat_model, close_chat_model, endpoint, error_type, http_status, is_retryable,
                         validate_llms)
 from .spec import LLMSpec, RetryPolicy, RunSpec
@@ -293,7 +294,8 @@ def _redact(text: str, secrets: list[str]) -> str:
 
 # ---------------------------------------------------------------- execution
 async def _with_retries(once: Any, r: RetryPolicy) -> Any:
-    """``await once()`` with tenacity's retries (exponential backoff with jitter) on retryable errors.
+    """``await once()`` with tenacity's retries (exponential backoff with jitter) on retryable errors;
+    a wait is never shorter than the server's Retry-After.
 
     The first attempt runs outside tenacity, since most requests succeed at once and tenacity's
     machinery cost about 7 % of the collector's CPU per request (py-spy). After a retryable
@@ -305,12 +307,15 @@ async def _with_retries(once: Any, r: RetryPolicy) -> Any:
     except Exception as exc:  # noqa: BLE001 - re-raised unless retryable
         if r.max_attempts <= 1 or not is_retryable(exc):
             raise
+        first_error = exc
     backoff = wait_exponential_jitter(initial=r.initial_wait_s, max=r.max_wait_s, jitter=r.jitter_s)
 
     def wait(state: Any) -> float:  # tenacity's attempt k is attempt k + 1 of the request
-        return backoff(SimpleNamespace(attempt_number=state.attempt_number + 1))
+        exc = state.outcome.exception() if state.outcome is not None else None
+        return max(backoff(SimpleNamespace(attempt_number=state.attempt_number + 1)),
+                   (retry_after_s(exc) or 0.0) if exc is not None else 0.0)
 
-    await asyncio.sleep(backoff(SimpleNamespace(attempt_number=1)))
+    await asyncio.sleep(max(backoff(SimpleNamespace(attempt_number=1)), retry_after_s(first_error) or 0.0))
     return await AsyncRetrying(stop=stop_after_attempt(r.max_attempts - 1), wait=wait,
                                retry=retry_if_exception(is_retryable), reraise=True)(once)
 
@@ -413,13 +418,15 @@ class Collector:
         t0 = time.perf_counter()
         progress = Progress(TextColumn("[bold]{task.description}"), BarColumn(), MofNCompleteColumn(),
                             TextColumn("{task.fields[rate]:.1f} req/s"), TextColumn("retries {task.fields[retries]}"),
-                            TextColumn("invalid {task.fields[invalid]}"), TimeElapsedColumn(), TimeRemainingColumn(),
+                            TextColumn("invalid {task.fields[invalid]}"), TextColumn("429s {task.fields[rate_limited]}"),
+                            TextColumn("in flight ≤ {task.fields[limit]}"), TimeElapsedColumn(), TimeRemainingColumn(),
                             disable=not self.show_progress, transient=False)
         beat_stop = threading.Event()
         beat = threading.Thread(target=self._heartbeat, args=(beat_stop,), daemon=True, name="lease-heartbeat")
         beat.start()
         with progress:
-            self.task = progress.add_task(f"collect {spec.name}", total=todo, rate=0.0, retries=0, invalid=0)
+            self.task = progress.add_task(f"collect {spec.name}", total=todo, rate=0.0, retries=0, invalid=0,
+                                          rate_limited=0, limit=spec.concurrency * len(spec.llms))
             self.progress = progress
             writer = asyncio.create_task(self._writer(t0))
             if self.ready is not None:
@@ -449,6 +456,9 @@ class Collector:
     def _show_progress(self, t0: float, **fields: Any) -> None:
         el = time.perf_counter() - t0
         n = self._finished()
+        limits = [st["limit"] for st in self.state.values() if "limit" in st]
+        if limits:  # 429s seen and the adaptive in-flight limits, all LLMs of this process together
+            fields.update(rate_limited=sum(x.rate_limited_n for x in limits), limit=sum(int(x.limit) for x in limits))
         self.progress.update(self.task, completed=n, rate=n / el if el else 0.0, **fields)
 
     async def _tick(self, t0: float) -> None:
@@ -513,6 +523,7 @@ class Collector:
 
         borrow = self.borrow if self.lenders_ready is not None and not self.lenders_ready() else 0
         st["slots"] = spec.concurrency + borrow
+        st["limit"] = AdaptiveLimit(st["slots"])
         workers = [asyncio.create_task(worker(i >= spec.concurrency)) for i in range(st["slots"])]
         while True:
             # claim ahead: top the queue up to 3x the slots whenever it holds less than 2x, so that
@@ -551,26 +562,36 @@ class Collector:
         n0 = int(job["first_attempt"]) - 1  # the claim wrote the first attempt's row
         started = utcnow()
 
+        limit = self.state[m.name]["limit"]
+
         async def once() -> Any:
-            if job["id"] in self.lost:  # another collector holds this trial now: do not pay for it twice
-                raise LeaseLost(f"the lease on trial {job['id']} was lost")
-            a = {"trial_id": job["id"], "n": n0 + len(attempts) + 1, "collector": self.me, "started_at": utcnow(),
-                 "ok": False, "error_type": NO_OUTCOME, "error": NO_OUTCOME_TEXT}
-            if attempts:  # a retry: its row goes in before the request leaves
-                await asyncio.to_thread(self._record_attempt_start, a)
-            attempts.append(a)
-            t = time.perf_counter()
+            await limit.acquire()  # the adaptive in-flight limit of this LLM
             try:
-                out = await asyncio.wait_for(model.ainvoke(messages), timeout=spec.timeout_s)
-            except BaseException as exc:  # noqa: BLE001 - every error is recorded
-                text = f"{type(exc).__name__}: {exc}"
-                if isinstance(exc, (asyncio.TimeoutError, TimeoutError)) and not str(exc):
-                    text = f"TimeoutError: no answer within timeout_s={spec.timeout_s:g} s from {endpoint(m)}"
-                a.update(latency_ms=1000 * (time.perf_counter() - t), ok=False, error_type=error_type(exc),
-                         error=_redact(text, self.secrets)[:2000], http_status=http_status(exc))
-                raise
-            a.update(latency_ms=1000 * (time.perf_counter() - t), ok=True)
-            return out
+                if job["id"] in self.lost:  # another collector holds this trial now: do not pay for it twice
+                    raise LeaseLost(f"the lease on trial {job['id']} was lost")
+                a = {"trial_id": job["id"], "n": n0 + len(attempts) + 1, "collector": self.me,
+                     "started_at": utcnow(), "ok": False, "error_type": NO_OUTCOME, "error": NO_OUTCOME_TEXT}
+                if attempts:  # a retry: its row goes in before the request leaves
+                    await asyncio.to_thread(self._record_attempt_start, a)
+                attempts.append(a)
+                t = time.perf_counter()
+                try:
+                    out = await asyncio.wait_for(model.ainvoke(messages), timeout=spec.timeout_s)
+                except BaseException as exc:  # noqa: BLE001 - every error is recorded
+                    text = f"{type(exc).__name__}: {exc}"
+                    if isinstance(exc, (asyncio.TimeoutError, TimeoutError)) and not str(exc):
+                        text = f"TimeoutError: no answer within timeout_s={spec.timeout_s:g} s from {endpoint(m)}"
+                    kind = error_type(exc)
+                    a.update(latency_ms=1000 * (time.perf_counter() - t), ok=False, error_type=kind,
+                             error=_redact(text, self.secrets)[:2000], http_status=http_status(exc))
+                    if kind == "rate_limit":
+                        limit.rate_limited()
+                    raise
+                a.update(latency_ms=1000 * (time.perf_counter() - t), ok=True)
+                limit.success(a["latency_ms"] / 1000)
+                return out
+            finally:
+                await limit.release()
 
         upd: dict[str, Any] = {"id": job["id"], "started_at": started}
         try:
