@@ -8,7 +8,6 @@ row; in a text editor data row N is on line N + 1).
 
 from __future__ import annotations
 
-import hashlib
 import json
 import math
 from pathlib import Path
@@ -20,6 +19,7 @@ import sqlalchemy as sa
 from sqlalchemy.engine import Engine
 
 from .db import LLM, Item, Request, Source, Trial, World, dumps, insert_ignore
+from .core.keys import cue_request_key, l2d_posterior_key, l2d_prior_key, trial_key
 from .errors import InputError
 
 DESIGNS = ("l2d", "cue")
@@ -232,29 +232,6 @@ def upsert_sources(engine: Engine, rows: list[dict[str, Any]], file: str | None 
                 raise InputError(f"domain {r['domain']!r} is already in the database with different reliability "
                                  f"or popularity", file=file, row=i + 1, column="domain")
         return insert_ignore(conn, Source, rows, ["domain"])
-
-
-# ---------------------------------------------------------------- keys
-def stable_hash(*parts: Any, n: int = 24) -> str:
-    h = hashlib.sha256("\x1f".join("" if p is None else str(p) for p in parts).encode("utf-8"))
-    return h.hexdigest()[:n]
-
-
-def l2d_prior_key(item_id: str, strategy: str) -> str:
-    return f"l2d|prior|{item_id}|{strategy}"
-
-
-def l2d_posterior_key(item_id: str, strategy: str, source: str, factor: float) -> str:
-    return f"l2d|post|{item_id}|{strategy}|{source}|{factor!r}"
-
-
-def cue_request_key(world_id: str, intervention: str, track: str, probe: str, condition: str) -> str:
-    return f"cue|{world_id}|{intervention}|{track}|{probe}|{condition}"
-
-
-def trial_key(llm_name: str, llm_params_json: str, request_key: str, repeat: int) -> str:
-    """Idempotency key: LLM id + sampling settings + request + repeat index (ANCHORS: caching)."""
-    return stable_hash(llm_name, llm_params_json, request_key, repeat, n=40)
 
 
 # ---------------------------------------------------------------- trial import

@@ -153,7 +153,7 @@ def test_retries_first_attempt_outside_tenacity():
     import asyncio
 
     from discern_stats.collect.direct_client import DirectHTTPError
-    from discern_stats.collect.runner import _with_retries
+    from discern_stats.collect.collector import _with_retries
     from discern_stats.collect.spec import RetryPolicy
 
     policy = RetryPolicy(max_attempts=4, initial_wait_s=0.001, max_wait_s=0.002, jitter_s=0.0)

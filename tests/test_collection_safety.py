@@ -242,7 +242,7 @@ def test_retry_after_is_read_and_honoured():
 
     from discern_stats.collect.direct_client import DirectHTTPError
     from discern_stats.collect.ratelimit import retry_after_s
-    from discern_stats.collect.runner import _with_retries
+    from discern_stats.collect.collector import _with_retries
     from discern_stats.collect.spec import RetryPolicy
     assert retry_after_s(DirectHTTPError(429, "slow down", {"Retry-After": "0.3"})) == 0.3
     assert retry_after_s(DirectHTTPError(429, "", {"retry-after-ms": "250"})) == 0.25

@@ -10,7 +10,7 @@ from sqlalchemy.engine import Engine
 
 from ..db import Item, Request, Source, World, dumps, insert_ignore
 from ..errors import InputError
-from ..interchange import cue_request_key
+from ..core.keys import cue_request_key
 from . import cue, l2d
 from .cue import INTERVENTIONS, build_worlds, world_requests
 from .l2d import FACTORS, STRATEGIES

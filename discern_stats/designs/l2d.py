@@ -17,7 +17,7 @@ from typing import Any
 import pandas as pd
 
 from ..errors import InputError
-from ..interchange import l2d_posterior_key, l2d_prior_key
+from ..core.keys import l2d_posterior_key, l2d_prior_key
 
 FACTORS: tuple[float, ...] = (1 / 3, 1 / 2, 1.0, 2.0, 3.0)
 STRATEGIES = ("zero-shot", "CoT", "Reliability", "Bayesian", "Defense")
