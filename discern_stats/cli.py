@@ -348,6 +348,7 @@ def fit_cmd(model: str = typer.Argument(..., help="cue, discernment or intervent
                 m = cls(df)
                 m.fit(**fit_kwargs)
                 m.save(models_dir)
+                m.reuse_note = "fitted: --refit"
             else:
                 m = cls.fit_or_load(df, models_dir, fit_kwargs=fit_kwargs)
         d = m.diagnostics
@@ -358,7 +359,10 @@ def fit_cmd(model: str = typer.Argument(..., help="cue, discernment or intervent
                       f"min tail ESS {d['min_ess_tail']:.0f}, divergences {d['divergences']} -> "
                       + ("converged" if d["ok"] else "NOT CONVERGED"))
         console.print(m.summary().round(3).to_string(index=False))
-        console.print(f"saved in {models_dir}/{m.name}.nc (+ .json manifest)")
+        if m.reused:
+            console.print(m.reuse_note, soft_wrap=True)
+        else:
+            console.print(f"{m.reuse_note}\nsaved in {models_dir}/{m.name}.nc (+ .json manifest)", soft_wrap=True)
     except DiscernError as exc:
         _fail(exc)
 

@@ -87,6 +87,13 @@ def test_save_load_round_trip_and_stale_hash(cue_fit, tmp_path, monkeypatch):
     again = CueWeightModel.fit_or_load(cue_fit.raw, tmp_path, tracks=["factorial", "swap"])
     a, b = cue_fit.summary(), again.summary()
     assert np.allclose(a.logit_mean, b.logit_mean) and np.allclose(a.pp_mean, b.pp_mean)
+    assert again.reused and "reused the saved fit" in again.reuse_note
+    # the same sampler settings reuse it; other settings are a refit, not a silent reload (issue 16)
+    same = CueWeightModel.fit_or_load(cue_fit.raw, tmp_path, fit_kwargs=dict(FIT), tracks=["factorial", "swap"])
+    assert same.reused
+    for other in ({**FIT, "draws": 3000}, {**FIT, "chains": 4}, {**FIT, "sampler": "nutpie"}):
+        with pytest.raises(AssertionError, match="refitted unchanged data"):
+            CueWeightModel.fit_or_load(cue_fit.raw, tmp_path, fit_kwargs=other, tracks=["factorial", "swap"])
     changed = cue_fit.raw.copy()
     i = changed.index[(changed.track == "swap") & changed.valid][0]
     changed.loc[i, "choice"] = "A" if changed.loc[i, "choice"] == "B" else "B"

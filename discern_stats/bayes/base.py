@@ -101,6 +101,8 @@ class BayesModel:
         self.idata: Any = None
         self.diagnostics: dict[str, Any] = {}
         self.sampler: dict[str, Any] = {}
+        self.reused = False
+        self.reuse_note = ""
 
     # -- to implement
     def prepare(self, df: pd.DataFrame) -> pd.DataFrame:
@@ -204,16 +206,43 @@ class BayesModel:
         return obj
 
     @classmethod
+    def sampler_settings(cls, fit_kwargs: dict[str, Any] | None) -> dict[str, Any]:
+        """The sampler settings ``fit(**fit_kwargs)`` would use, defaults resolved (what decides reuse)."""
+        kw = {k: v for k, v in (fit_kwargs or {}).items() if v is not None}
+        sampler = kw.pop("sampler", None) or cls.default_sampler
+        tune = kw.pop("tune", None)
+        if tune is None:
+            tune = GIBBS_TUNE if sampler in cls.own_samplers else NUTS_TUNE
+        return {"sampler": sampler, "draws": kw.pop("draws", 1000), "tune": tune, "chains": kw.pop("chains", 4),
+                "random_seed": kw.pop("random_seed", 0), **kw}
+
+    @classmethod
     def fit_or_load(cls, data: pd.DataFrame, folder: str | Path = "models", name: str | None = None,
                     fit_kwargs: dict[str, Any] | None = None, **config: Any) -> "BayesModel":
-        """Load the saved fit when its data hash and spec match; otherwise fit and save."""
+        """Load the saved fit when its data hash, spec and sampler settings match; otherwise fit and
+        save. ``fit_kwargs=None`` (a report) takes the saved fit whatever its sampler settings.
+        ``reuse_note`` on the result says which happened and why."""
         try:
-            return cls.load(data, folder, name, **config)
-        except (FileNotFoundError, StaleFitError):
-            obj = cls(data, **config)
-            obj.fit(**(fit_kwargs or {}))
-            obj.save(folder, name)
-            return obj
+            obj = cls.load(data, folder, name, **config)
+        except (FileNotFoundError, StaleFitError) as exc:
+            why = str(exc)
+        else:
+            wanted = cls.sampler_settings(fit_kwargs) if fit_kwargs is not None else {}
+            changed = [f"{k}={v} (saved: {obj.sampler.get(k)})" for k, v in wanted.items()
+                       if k in ("sampler", "draws", "tune", "chains", "random_seed") or k in obj.sampler
+                       if obj.sampler.get(k) != v]
+            if not changed:
+                obj.reused = True
+                obj.reuse_note = (f"reused the saved fit {Path(folder) / ((name or cls.name) + '.json')} (same data, "
+                                  f"spec and sampler settings); --refit (refit=True) fits again")
+                return obj
+            why = "the sampler settings differ from the saved fit's: " + ", ".join(changed)
+        obj = cls(data, **config)
+        obj.fit(**(fit_kwargs or {}))
+        obj.save(folder, name)
+        obj.reused = False
+        obj.reuse_note = f"fitted: {why}"
+        return obj
 
     # -- helpers for subclasses
     def draws(self, var: str) -> np.ndarray:

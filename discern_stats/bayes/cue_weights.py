@@ -25,9 +25,11 @@ blocked Metropolis-within-Gibbs sampler for the same posterior (`logit_design` l
 out for it, with the same priors); it reaches the convergence targets many times sooner
 (BENCHMARKS.md) and its draws carry the PyMC model's variable names.
 
-Weights are reported on the logit scale and as average marginal effects in percentage
-points: AME_k = mean over the LLM's rows of the block that manipulates k of
-logistic(eta | x_k = +0.5) - logistic(eta | x_k = -0.5), with 94% HDIs.
+Weights are reported on the logit scale and in percentage points, with 94% HDIs: for an
+ordinary cue the average marginal effect AME_k = mean over the LLM's rows of the block that
+manipulates k of logistic(eta | x_k = +0.5) - logistic(eta | x_k = -0.5); for a successive cue
+(repetition, speaker, lineage) the contrast it names, p(step s) - p(step s-1), on the rows where
+it is defined (see `CueWeightModel.ame`). All chains' draws are used.
 """
 
 from __future__ import annotations
@@ -44,6 +46,7 @@ from .base import HDI_PROB, BayesModel, hdi_columns
 from .logit_gibbs import LogitDesign, logit_gibbs
 
 CHOICE_TRACKS = ("factorial", "swap", "competition")
+SUCCESSIVE_CUES = ["repetition", "speaker", "lineage"]  # coded from their step on (coding.STRUCTURE_STEPS)
 BLOCK_CUES = {"factorial": ["R", "Q", "I"], "swap": ["history"], "order-time": ["order", "time"],
               "structure": ["repetition", "speaker", "lineage"], "verified": ["verified"]}
 
@@ -255,8 +258,18 @@ class CueWeightModel(BayesModel):
         return eta, w
 
     def ame(self, llm: str, cue: str, intervention: str | None = None, strata: list[str] | None = None,
-            max_draws: int = 2000) -> np.ndarray:
-        """Posterior draws of the average marginal effect (pp) of ``cue`` for ``llm``."""
+            max_draws: int | None = None) -> np.ndarray:
+        """Posterior draws (all chains; ``max_draws`` thins evenly) of the percentage-point effect of
+        ``cue`` for ``llm``.
+
+        An ordinary cue: the average marginal effect over the LLM's rows of its block,
+        logistic(eta | x_k = +0.5) - logistic(eta | x_k = -0.5). A successive cue (repetition,
+        speaker, lineage: steps single < repeated < two-speakers < separate-roots) is the contrast it
+        names, p(step s) - p(step s-1), on the rows where it is defined (those at step s or s-1; each
+        keeps its world effect): both configurations hold the earlier cues at +0.5 and the later ones
+        at -0.5, and differ in cue k only. Toggling cue k on every row of the block would also
+        evaluate impossible configurations (a single report with two speakers).
+        """
         ix = self.index if hasattr(self, "index") else self._index()
         self.index = ix
         iv = intervention or self.base
@@ -266,6 +279,11 @@ class CueWeightModel(BayesModel):
         sel = (d.llm == llm) & (d.block == block)
         if strata:
             sel &= d.stratum.isin(strata)
+        successive = [c for c in SUCCESSIVE_CUES if c in ix["cue"]]
+        if cue in SUCCESSIVE_CUES:
+            step_of_row = sum((d[c] > 0).to_numpy().astype(int) for c in successive)
+            s = SUCCESSIVE_CUES.index(cue) + 1
+            sel &= np.isin(step_of_row, [s - 1, s])
         # evaluate every intervention on the same rows (the base intervention's, where present),
         # so contrasts compare the same worlds and conditions
         cand = d.intervention[sel]
@@ -276,11 +294,22 @@ class CueWeightModel(BayesModel):
         if rows.size == 0:
             return np.full(1, np.nan)
         eta, w = self._eta_draws(rows, ix["intervention"].index(iv))
-        eta = eta[:max_draws]
+        if max_draws is not None and eta.shape[0] > max_draws:
+            keep = np.linspace(0, eta.shape[0] - 1, max_draws).round().astype(int)
+            eta, w = eta[keep], w[keep]
         li = ix["llm"].index(llm)
-        wk = w[:max_draws, li, k][:, None]
-        xk = ix["X"][rows, k][None, :]
-        base = eta - wk * xk
+        wl = w[:, li, :]  # S x K
+        X = ix["X"][rows]
+        if cue in SUCCESSIVE_CUES:
+            # take out the rows' own successive-cue terms, put in step s's, leaving cue k to toggle
+            cols = [ix["cue"].index(c) for c in successive]
+            base = eta - wl[:, cols] @ X[:, cols].T
+            for c, j in zip(successive, cols):
+                if c != cue:
+                    base = base + (0.5 if SUCCESSIVE_CUES.index(c) < SUCCESSIVE_CUES.index(cue) else -0.5) * wl[:, [j]]
+        else:
+            base = eta - wl[:, [k]] * X[None, :, k]
+        wk = wl[:, [k]]
         n = d["n"].to_numpy()[rows]
         diff = _logistic(base + 0.5 * wk) - _logistic(base - 0.5 * wk)
         return 100 * (diff * n).sum(axis=1) / n.sum()

@@ -267,7 +267,7 @@ def _theta_newton_terms(theta, cells: _Cells, ug, gidx, prec, mean):
 
 def logit_gibbs(design: LogitDesign, *, draws: int = 1000, tune: int = 100, chains: int = 4,
                 random_seed: int | None = 0, newton_theta: int = 1, theta_tries: int = 1, newton_u: int = 1,
-                newton_sigma: int = 1,
+                newton_sigma: int = 1, overdispersed: bool = True,
                 progress: Callable[[int, int], None] | None = None) -> dict[str, np.ndarray]:
     """Sample the posterior of ``design``'s model (see the module docstring).
 
@@ -280,7 +280,12 @@ def logit_gibbs(design: LogitDesign, *, draws: int = 1000, tune: int = 100, chai
     kept draw). ``newton_theta``, ``newton_u`` and ``newton_sigma`` set the Newton steps behind
     the proposals (more: higher acceptance, one pass over the cells each); ``theta_tries``
     repeats the theta step with fresh proposals from the same Gaussian (one pass each), for
-    large blocks whose acceptance is low."""
+    large blocks whose acceptance is low. ``overdispersed`` (default) starts each chain's state
+    away from the pilot mode (theta drawn from the Laplace approximation there with twice its
+    spread, tau from its prior, sigma scaled by a uniform (0.5, 1.5) factor), so that R-hat
+    compares chains that began apart (Gelman & Rubin 1992); the proposals still start from the
+    pilot mode. A start much farther out (theta + N(0, 1)) left independence steps stuck in the
+    tails (R-hat 7e15), so 2 SD it is."""
     if draws < 1 or tune < 0 or chains < 1:
         raise ValueError("logit_gibbs needs draws >= 1, tune >= 0 and chains >= 1")
     if min(newton_theta, theta_tries, newton_u, newton_sigma) < 1:
@@ -295,13 +300,27 @@ def logit_gibbs(design: LogitDesign, *, draws: int = 1000, tune: int = 100, chai
     fixed_prec = 1.0 / d.prior_sd ** 2
     we = d.world_effects
     gidx = cells.gidx
-    # state: theta at the pilot mode, mu at its pooled columns, tau at its prior mean, u = 0
+    # state: theta at the pilot mode, mu at its pooled columns, tau at its prior mean, u = 0; with
+    # ``overdispersed`` each chain starts elsewhere (see the docstring)
     theta = np.broadcast_to(theta0, (C, L, P)).copy()
     mu = theta0[:, d.pooled].mean(axis=0) + 0.1 * rng.standard_normal((C, K))
     tau = np.full((C, K), d.tau_shape / d.tau_rate)
     sigma = np.full((C, L), 0.5 * d.sigma_sd)
     ug = np.zeros((C, G))  # world effects of the (LLM, world) groups with cells; stay 0 without them
     u = np.zeros((C, L, W))
+    if overdispersed:
+        # theta: a draw from the Laplace approximation at the pilot mode with twice its spread (2 SD:
+        # apart, yet not so far into its tails that an independence step would never leave it)
+        tau = rng.gamma(d.tau_shape, 1.0 / d.tau_rate, size=(C, K))
+        prec = np.broadcast_to(1.0 / d.prior_sd ** 2, (C, L, P)).copy()
+        mean = np.broadcast_to(d.prior_mean, (C, L, P)).copy()
+        prec[..., d.pooled] = (1.0 / tau ** 2)[:, None, :]
+        mean[..., d.pooled] = mu[:, None, :]
+        grad, H = _theta_newton_terms(theta, cells, ug, cells.gidx, prec, mean)
+        centre = theta + np.linalg.solve(H, grad[..., None])[..., 0]
+        chol = np.linalg.cholesky(H)
+        theta = centre + 2.0 * np.linalg.solve(np.swapaxes(chol, -1, -2), rng.standard_normal((C, L, P))[..., None])[..., 0]
+        sigma = sigma * rng.uniform(0.5, 1.5, size=(C, L))
     ll = np.empty((C, G))  # log-likelihood of the current state, by group
     _loglik_groups(_table(theta, cells), cells.lr, ug, gidx, cells.k, cells.n, ll)
     out = {"theta": np.empty((C, draws, L, P)), "mu": np.empty((C, draws, K)), "tau": np.empty((C, draws, K))}
