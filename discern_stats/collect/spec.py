@@ -115,7 +115,8 @@ class RunSpec(BaseModel):
     requests_per_second: float | None = Field(None, gt=0)
     retry: RetryPolicy = Field(default_factory=RetryPolicy)
     timeout_s: float = Field(120.0, gt=0)
-    lease_s: float = Field(600.0, gt=0)
+    lease_s: float = Field(600.0, ge=1.0, description="claim lease; a heartbeat renews it every lease_s / 3 while "
+                                                       "the collector lives, so any retry schedule is safe")
     budget: Budget = Field(default_factory=Budget)
     retry_failed: bool = False
 
