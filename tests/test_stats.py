@@ -509,3 +509,26 @@ def test_crossed_intervals_cover_where_item_only_intervals_fail():
             m = l2d_metrics(df, n_resamples=500, seed=s, method=method, overall=False).set_index("metric")
             hits[method] += m.at["SD", "lo"] <= 0 <= m.at["SD", "hi"]
     assert hits["crossed"] / 40 >= 0.8 and hits["percentile"] / 40 <= 0.75, hits
+
+
+def test_propensity_terms_at_the_smaller_member_by_brute_force():
+    """role="smaller": each pair counted at its member with the smaller x, with the same h; per row by a
+    double loop, and the same totals as the larger-member terms."""
+    from discern_stats.stats.l2d import propensity_terms
+    rng = np.random.default_rng(12)
+    n = 120
+    d = pd.DataFrame({"strategy": rng.choice(["a", "b"], n), "item_id": rng.choice(["i1", "i2", "i3"], n),
+                      "factor": rng.choice([0.5, 2.0], n), "reliability": rng.integers(0, 6, n).astype(float),
+                      "delta": rng.integers(0, 4, n).astype(float)})
+    num, den = propensity_terms(d, "reliability", role="smaller")
+    big_num, big_den = propensity_terms(d, "reliability")
+    key = list(zip(d.strategy, d.item_id, d.factor))
+    x, y = d.reliability.to_numpy(), d.delta.to_numpy()
+    for i in range(n):
+        want_num = want_den = 0.0
+        for j in range(n):
+            if key[j] == key[i] and x[j] > x[i]:
+                want_den += 1
+                want_num += 1.0 if y[j] > y[i] else 0.5 if y[j] == y[i] else 0.0
+        assert num[i] == want_num and den[i] == want_den
+    assert num.sum() == big_num.sum() and den.sum() == big_den.sum()

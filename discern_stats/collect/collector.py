@@ -12,6 +12,7 @@ import asyncio
 import json
 import os
 import subprocess
+import sys
 import time
 from dataclasses import dataclass, field
 from types import SimpleNamespace
@@ -19,6 +20,7 @@ from typing import Any
 
 import sqlalchemy as sa
 from langchain_core.messages import AIMessage, BaseMessage, HumanMessage, SystemMessage
+from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn, TimeRemainingColumn
 from tenacity import AsyncRetrying, retry_if_exception, stop_after_attempt, wait_exponential_jitter
 
@@ -171,7 +173,9 @@ class Collector:
                             TextColumn("{task.fields[rate]:.1f} req/s"), TextColumn("retries {task.fields[retries]}"),
                             TextColumn("invalid {task.fields[invalid]}"), TextColumn("429s {task.fields[rate_limited]}"),
                             TextColumn("in flight ≤ {task.fields[limit]}"), TimeElapsedColumn(), TimeRemainingColumn(),
-                            disable=not self.show_progress, transient=False)
+                            disable=not self.show_progress, transient=False,
+                            # not a terminal (a log file, CI): one full line, not one cut at 80 columns
+                            console=None if sys.stdout.isatty() else Console(width=200))
         self.leases.start()
         with progress:
             self.task = progress.add_task(f"collect {spec.name}", total=todo, rate=0.0, retries=0, invalid=0,

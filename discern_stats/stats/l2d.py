@@ -181,22 +181,22 @@ def _pair_groups(d: pd.DataFrame, by: str) -> np.ndarray:
     return d.groupby(cols, sort=False, observed=True).ngroup().to_numpy(np.int64)
 
 
-def propensity_terms(d: pd.DataFrame, by: str, both_roles: bool = False) -> tuple[np.ndarray, np.ndarray]:
+def propensity_terms(d: pd.DataFrame, by: str, role: str = "larger") -> tuple[np.ndarray, np.ndarray]:
     """Per-row numerator/denominator of P(Delta_i > Delta_j | by_i > by_j).
 
     Reliability pairs share strategy, item and factor (they differ in source). Improvement I is
     constant within item x factor for one LLM and strategy (it depends on P1, T and C only), so
     truth pairs share strategy, item and source and differ in factor. Each pair is counted at
-    the row with the larger ``by``; ``both_roles`` also counts it at the other row (the linear
-    term of a pair statistic belongs to both of its members: the crossed source term).
+    the row with the larger ``by`` (``role="larger"``), or at the row with the smaller one
+    (``role="smaller"``: the same pairs, the same h = [Delta of the larger > Delta of the
+    smaller] + 1/2 tie), which the crossed source term adds: a pair's linear term belongs to both
+    of its members.
     """
     grp = _pair_groups(d, by)
     x, y = d[by].to_numpy(float), d["delta"].to_numpy(float)
-    num, den = _fenwick_pairs(grp, x, y)
-    if both_roles:  # the same pairs seen from the smaller member: Delta_j > Delta_i among x_j > x_i
-        num2, den2 = _fenwick_pairs(grp, -x, -y)
-        num, den = num + num2, den + den2
-    return num, den
+    if role == "smaller":
+        return _fenwick_pairs(grp, -x, -y)
+    return _fenwick_pairs(grp, x, y)
 
 
 def propensity(d: pd.DataFrame, by: str) -> float:
@@ -349,7 +349,11 @@ def _group_stats(g: pd.DataFrame, *, n_resamples: int, seed: int, method: str, i
     stats = _rho_stats(names, delta, ys, W, ix, method, ("rho_rhat_R", 3, 0) if rated else None)
     rel = propensity_terms(d, "reliability")
     imp = propensity_terms(d, "improvement")
-    pair_terms = [(*propensity_terms(d, by, both_roles=True), 2) for by in ("reliability", "improvement")]
+    pair_terms: list = [None, None]
+    if W is not None and method == "crossed":  # every pair at both of its members (crossed.ratio_source_replicates)
+        for k, (by, larger) in enumerate((("reliability", rel), ("improvement", imp))):
+            smaller = propensity_terms(d, by, role="smaller")
+            pair_terms[k] = (larger[0] + smaller[0], larger[1] + smaller[1], 2)
     elig = d.prior_correct.to_numpy() & conflict
     ones = np.ones(len(d))
     shares = [f"share: {o}" for o in OUTCOMES]
