@@ -155,3 +155,21 @@ def test_discernment_slopes_recovered(tmp_path):
     d = full[(full.term == "popularity - reliability") & (full.part == "update")].set_index("group")
     assert d.loc["sim-source-sensitive", "hdi_hi"] < 0  # true -2.8: reliability dominates
     assert d.loc["sim-order-biased", "mean"] > 0  # true +1.0: popularity dominates
+
+
+def test_prior_sensitivity_table(cue_db):
+    """Weights under a weak and a tight between-LLM scale prior: one row per prior x LLM x cue; the
+    tight prior (mean 0.3) pulls tau and the LLMs' weights together."""
+    from discern_stats.bayes import prior_sensitivity
+    from discern_stats.errors import InputError
+    df = ds.TrialDB(cue_db).trials("cue")
+    df = df[df.intervention == "C0"]
+    t = prior_sensitivity(df, priors=((2.0, 1.0), (50.0, 0.1)), fit_kwargs={"draws": 500, "chains": 2},
+                          tracks=["factorial", "swap"])
+    assert len(t) == 2 * 2 * 4 and set(t.scale_prior) == {"Gamma(2, 2)", "Gamma(50, 500)"}
+    weak, tight = (t[t.scale_prior == p] for p in ("Gamma(2, 2)", "Gamma(50, 500)"))
+    assert tight.tau_median.max() < 0.2 < weak.tau_median.min()
+    spread = {p: g.groupby("cue").logit_mean.agg(lambda v: v.max() - v.min()).sum() for p, g in t.groupby("scale_prior")}
+    assert spread["Gamma(50, 500)"] < spread["Gamma(2, 2)"]
+    with pytest.raises(InputError, match="tau_shape > 0"):
+        prior_sensitivity(df, priors=((0.0, 1.0),))

@@ -3,7 +3,7 @@ the cue-weight models' own Gibbs sampler (`logit_gibbs`)."""
 
 from ..errors import InputError
 from .base import ESS_MIN, HDI_PROB, RHAT_MAX, BayesModel, ConvergenceWarning, check_convergence, data_hash
-from .cue_weights import CueWeightModel, InterventionContrastModel, choice_table
+from .cue_weights import CueWeightModel, InterventionContrastModel, choice_table, prior_sensitivity
 from .discernment import DiscernmentModel
 from .logit_gibbs import LogitDesign, logit_gibbs
 
@@ -28,4 +28,4 @@ def fit(model: str, df, models_dir="models", *, refit: bool = False, fit_kwargs:
     return cls.fit_or_load(df, models_dir, fit_kwargs=fit_kwargs, **config)
 
 
-__all__ += ["fit"]
+__all__ += ["fit", "prior_sensitivity"]
