@@ -60,7 +60,7 @@ def outcome_shares(ctx: ReportContext):
     for o, c in zip(OUTCOMES, COLORS):
         ax.barh([lab.get(i, i) for i in w.index], 100 * w[o], left=left, color=c, label=o)
         left += 100 * w[o].to_numpy()
-    ax.set_xlabel("share of valid posteriors (%)")
+    ax.set_xlabel("share of valid posteriors with C ≠ T (%)")
     ax.set_xlim(0, 100)
     ax.legend(ncol=3, fontsize=8, loc="upper center", bbox_to_anchor=(0.5, -0.25 if len(w) < 4 else -0.12))
     fig.tight_layout()

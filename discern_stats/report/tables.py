@@ -67,7 +67,7 @@ def discernment_table(ctx: ReportContext, strategy: str = "(all)") -> GT:
     return (GT(discernment_frame(ctx, strategy)).tab_header(
         "Discernment (Design A)", f"estimate [{interval}]; strategy: {strategy}")
         .tab_source_note("Δ = |P1 − P2|, I = |P1 − T| − |C − T|. Propensities count ties in Δ as 1/2; "
-                         "reliability pairs share item and factor, truth pairs share item and source. "
+                         "reliability pairs share strategy, item and factor, truth pairs share strategy, item and source. "
                          "CD = 1 − P(P2 ≠ P1 | P1 = T, C ≠ T)."))
 
 
