@@ -91,18 +91,6 @@ class CrossedIndex:
                             self.n_cells, self.W_source, self.W_cells)
 
 
-def centre_within(values: np.ndarray, group: np.ndarray, weights: np.ndarray | None = None) -> np.ndarray:
-    """values minus their group's mean (weighted: values - weights * sum_g(values) / sum_g(weights))."""
-    n = int(group.max(initial=-1)) + 1
-    if weights is None:
-        weights = np.ones(len(values))
-    tot = np.bincount(group, values, minlength=n)
-    wt = np.bincount(group, weights, minlength=n)
-    with np.errstate(invalid="ignore", divide="ignore"):
-        share = np.where(wt != 0, tot / np.where(wt != 0, wt, 1.0), 0.0)
-    return values - weights * share[group]
-
-
 def remove_item_levels(values: np.ndarray, item: np.ndarray, source: np.ndarray, weights: np.ndarray | None = None,
                        iterations: int = 100, tol: float = 1e-12) -> np.ndarray:
     """values - weights * alpha_item, where alpha comes from the two-way additive fit
