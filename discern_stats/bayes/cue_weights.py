@@ -24,11 +24,12 @@ cues) are aggregated into binomial counts — exact, because such rows share eve
 and group index. The counts enter through the binomial kernel k * eta - n * log(1 + e^eta)
 (the log binomial coefficient is a constant of the data and is left out).
 
-`build` writes this model in PyMC (sampled by NUTS with ``fit(sampler="nutpie")``, "pymc",
-"numpyro" or "blackjax"). The default sampler is `discern_stats.bayes.logit_gibbs`, an exact
-blocked Metropolis-within-Gibbs sampler for the same posterior (`logit_design` lays the model
-out for it, with the same priors); it reaches the convergence targets many times sooner
-(BENCHMARKS.md) and its draws carry the PyMC model's variable names.
+The model is specified once, in `CueWeightModel.spec` (a `discern_stats.bayes.spec.HierarchicalGLM`:
+blocks, priors, hierarchy, data). `build` derives the PyMC model from it (sampled by NUTS with
+``fit(sampler="nutpie")``, "pymc", "numpyro" or "blackjax"); the default sampler,
+`discern_stats.bayes.logit_gibbs`, an exact blocked Metropolis-within-Gibbs sampler, samples the
+same spec; it reaches the convergence targets many times sooner (BENCHMARKS.md) and its draws
+carry the PyMC model's variable names.
 
 Weights are reported on the logit scale and in percentage points, with 94% HDIs: for an
 ordinary cue the average marginal effect AME_k = mean over the LLM's rows of the block that
@@ -48,7 +49,8 @@ import pandas as pd
 from ..coding import CUES, block_of, cue_codes
 from ..errors import InputError
 from .base import HDI_PROB, BayesModel, hdi_columns
-from .logit_gibbs import LogitDesign, logit_gibbs
+from .logit_gibbs import LogitDesign
+from .spec import Block, HierarchicalGLM
 
 CHOICE_TRACKS = ("factorial", "swap", "competition")
 SUCCESSIVE_CUES = ["repetition", "speaker", "lineage"]  # coded from their step on (coding.STRUCTURE_STEPS)
@@ -133,113 +135,72 @@ class CueWeightModel(BayesModel):
                 "i_iv": pd.Categorical(d.intervention, ivs).codes, "i_world": pd.Categorical(d.world_id, worlds).codes,
                 "X": d[self.cues].to_numpy(float)}
 
-    def build(self):
-        import pymc as pm
-        c, d = self.config, self.data
-        ix = self._index()
-        self.index = ix
-        coords = {"llm": ix["llm"], "cue": ix["cue"], "block": ix["block"], "world": ix["world"],
-                  "intervention_shift": ix["intervention"][1:], "obs": np.arange(len(d))}
-        with pm.Model(coords=coords) as m:
-            X = pm.Data("X", ix["X"], dims=("obs", "cue"))
-            mu = pm.Normal("mu", 0.0, c["mu_sd"], dims="cue")
-            # zero-avoiding scale prior, Gamma(5, 5): mean 1 logit, 90% in [0.45, 1.8]. With few
-            # LLMs a HalfNormal puts mass at tau -> 0, the neck of the funnel where centred
-            # weights diverge (measured: 87 divergences with HalfNormal/Gamma(2,2) on 3 LLMs).
-            tau = pm.Gamma("tau", alpha=c["tau_shape"], beta=c["tau_shape"] / c["tau_sd"], dims="cue")
-            if c["centered_weights"]:  # each LLM's weights are well identified by its own data
-                beta = pm.Normal("beta", mu, tau, dims=("llm", "cue"))
-            else:
-                z = pm.Normal("z", 0.0, 1.0, dims=("llm", "cue"))
-                beta = pm.Deterministic("beta", mu + tau * z, dims=("llm", "cue"))
-            alpha = pm.Normal("alpha", 0.0, c["alpha_sd"], dims=("llm", "block"))
-            il, ib = ix["i_llm"], ix["i_block"]
-            eta = alpha[il, ib] + (X * beta[il]).sum(axis=1)
-            if self.interactions:
-                # a fixed weakly-informative prior: a shared shrinkage scale pulled the one large
-                # intervention shift towards the many null ones
-                delta = pm.Normal("delta", 0.0, c["delta_sd"], dims=("llm", "intervention_shift", "cue"))
-                gamma = pm.Normal("gamma", 0.0, 1.0, dims=("llm", "intervention_shift"))
-                iv = ix["i_iv"]
-                shifted = iv > 0
-                ivs = np.where(shifted, iv - 1, 0)
-                eta = eta + shifted * ((X * delta[il, ivs]).sum(axis=1) + gamma[il, ivs])
-            if c["world_effects"]:
-                sigma_u = pm.HalfNormal("sigma_u", c["sigma_u_sd"], dims="llm")
-                z_u = pm.Normal("z_u", 0.0, 1.0, dims=("llm", "world"))
-                eta = eta + sigma_u[il] * z_u[il, ix["i_world"]]
-            # binomial log-likelihood of the k choices of B among n, up to the constant log C(n, k):
-            # k * eta - n * log(1 + e^eta). Dropping the constant (and the parameter checks of
-            # pm.Binomial) halves nutpie's time per gradient step here (BENCHMARKS.md).
-            k, n = d["k"].to_numpy(), d["n"].to_numpy()
-            pm.Potential("chose_B_loglik", (k * eta - n * pm.math.log1pexp(eta)).sum())
-        return m
-
-    def logit_design(self) -> tuple[LogitDesign, dict[str, Any]]:
-        """The model of `build` in the layout of `logit_gibbs`: per LLM, the parameter vector
-        [alpha (block) | beta (cue) | delta (intervention_shift x cue) | gamma (intervention_shift)],
-        with the same priors."""
+    def spec(self) -> HierarchicalGLM:
+        """The model, specified once: `build` (PyMC) and `sample_own` (Gibbs) both derive from it.
+        Per LLM, theta = [alpha (block) | beta (cue) | delta (intervention_shift x cue) | gamma
+        (intervention_shift)] with the priors of the module docstring."""
         c, d = self.config, self.data
         ix = self._index()
         self.index = ix
         N, B, K = len(d), len(ix["block"]), len(ix["cue"])
         V1 = len(ix["intervention"]) - 1 if self.interactions else 0
         X = ix["X"]
-        blocks = [np.eye(B)[ix["i_block"]], X]
+        columns = [np.eye(B)[ix["i_block"]], X]
+        blocks = [Block("alpha", ("block",), sd=c["alpha_sd"], intercept=True), Block("beta", ("cue",))]
         if V1:
+            # a fixed weakly-informative prior for the shifts: a shared shrinkage scale pulled the
+            # one large intervention shift towards the many null ones
             iv = ix["i_iv"].astype(np.int64)
             onehot = np.zeros((N, V1))
             onehot[iv > 0, iv[iv > 0] - 1] = 1.0
-            blocks += [(onehot[:, :, None] * X[:, None, :]).reshape(N, V1 * K), onehot]
-        A = np.hstack(blocks)
-        sd = np.r_[np.full(B, c["alpha_sd"]), np.ones(K), np.full(V1 * K, c["delta_sd"]), np.ones(V1)]
-        design = LogitDesign(A=A, llm=ix["i_llm"], world=ix["i_world"], k=d["k"].to_numpy(), n=d["n"].to_numpy(),
-                             n_llm=len(ix["llm"]), n_world=len(ix["world"]), prior_mean=np.zeros(A.shape[1]),
-                             prior_sd=sd, pooled=np.arange(B, B + K), intercepts=np.arange(B), mu_sd=c["mu_sd"],
-                             tau_shape=c["tau_shape"], tau_rate=c["tau_shape"] / c["tau_sd"],
-                             sigma_sd=c["sigma_u_sd"], world_effects=bool(c["world_effects"]))
-        return design, {"B": B, "K": K, "V1": V1}
+            columns += [(onehot[:, :, None] * X[:, None, :]).reshape(N, V1 * K), onehot]
+            blocks += [Block("delta", ("intervention_shift", "cue"), sd=c["delta_sd"]),
+                       Block("gamma", ("intervention_shift",), sd=1.0)]
+        coords = {"llm": ix["llm"], "cue": ix["cue"], "block": ix["block"], "world": ix["world"],
+                  "intervention_shift": ix["intervention"][1:]}
+        we = bool(c["world_effects"])
+        return HierarchicalGLM(
+            family="binomial", unit="llm", coords=coords, blocks=blocks, A=np.hstack(columns),
+            unit_index=ix["i_llm"], y=d["k"].to_numpy(), n=d["n"].to_numpy(), group="world" if we else None,
+            group_index=ix["i_world"] if we else None, mu_sd=c["mu_sd"], tau_shape=c["tau_shape"],
+            tau_rate=c["tau_shape"] / c["tau_sd"], sigma_sd=c["sigma_u_sd"], centered=bool(c["centered_weights"]),
+            names={"sigma": "sigma_u", "z": "z_u", "z_pooled": "z", "loglik": "chose_B_loglik"})
+
+    def build(self):
+        import pymc as pm
+        spec = self.spec()
+        with pm.Model(coords=spec.coords) as m:
+            spec.to_pymc()
+        return m
+
+    def logit_design(self) -> tuple[LogitDesign, dict[str, Any]]:
+        """The model of `spec` in the layout of `logit_gibbs` (and the block sizes B, K, V1)."""
+        spec = self.spec()
+        K = len(spec.coords["cue"])
+        V1 = len(spec.coords["intervention_shift"]) if any(b.name == "delta" for b in spec.blocks) else 0
+        return spec.logit_design(), {"B": len(spec.coords["block"]), "K": K, "V1": V1}
 
     def sample_own(self, sampler: str, *, draws: int, tune: int, chains: int, random_seed: int,
                    progressbar: bool = False, **kwargs: Any) -> tuple[Any, dict[str, Any]]:
-        """Sample with `logit_gibbs` and name the draws as the PyMC model of `build` does."""
+        """Sample `spec` with `logit_gibbs`; the draws carry the PyMC model's names."""
         import arviz as az
         unknown = set(kwargs) - {"newton_theta", "theta_tries", "newton_u", "newton_sigma"}
         if unknown:
             raise TypeError(f"the gibbs sampler takes no option(s) {sorted(unknown)} (NUTS options such as "
                             f"target_accept apply to nutpie, pymc, numpyro and blackjax)")
-        design, lay = self.logit_design()
-        ix = self.index
-        B, K, V1 = lay["B"], lay["K"], lay["V1"]
+        spec = self.spec()
         # with intervention interactions each LLM's block is 5-6x larger (53 parameters on the
         # demo data) and its acceptance fell to 0.60; a second proposal per sweep (one more pass)
         # doubled the worst ESS there (BENCHMARKS.md). Without them (9 parameters, acceptance
         # 0.95 on the benchmark data) one proposal is enough.
-        kwargs.setdefault("theta_tries", 2 if V1 else 1)
+        kwargs.setdefault("theta_tries", 2 if any(b.name == "delta" for b in spec.blocks) else 1)
         with _progress(progressbar, f"{self.name}: Gibbs sampling") as step:
-            out = logit_gibbs(design, draws=draws, tune=tune, chains=chains, random_seed=random_seed,
-                              progress=step, **kwargs)
-        th = out["theta"]
-        C, S, L = th.shape[:3]
-        post = {"mu": out["mu"], "tau": out["tau"], "beta": th[..., B:B + K], "alpha": th[..., :B]}
-        dims = {"mu": ["cue"], "tau": ["cue"], "beta": ["llm", "cue"], "alpha": ["llm", "block"]}
-        if not self.config["centered_weights"]:
-            post["z"] = (post["beta"] - out["mu"][:, :, None, :]) / out["tau"][:, :, None, :]
-            dims["z"] = ["llm", "cue"]
-        if V1:
-            post["delta"] = th[..., B + K:B + K + V1 * K].reshape(C, S, L, V1, K)
-            post["gamma"] = th[..., B + K + V1 * K:]
-            dims |= {"delta": ["llm", "intervention_shift", "cue"], "gamma": ["llm", "intervention_shift"]}
-        if design.world_effects:
-            post["sigma_u"] = out["sigma"]
-            post["z_u"] = out["u"] / out["sigma"][..., None]
-            dims |= {"sigma_u": ["llm"], "z_u": ["llm", "world"]}
-        coords = {"llm": ix["llm"], "cue": ix["cue"], "block": ix["block"], "world": ix["world"],
-                  "intervention_shift": ix["intervention"][1:]}
+            post, dims, acc = spec.sample(draws=draws, tune=tune, chains=chains, random_seed=random_seed,
+                                          progress=step, **kwargs)
+        coords = {k: v for k, v in spec.coords.items() if any(k in dd for dd in dims.values())}
         idata = az.from_dict({"posterior": post}, coords=coords, dims=dims)
-        stats = {"acceptance": {k.removeprefix("accept_"): round(float(np.min(out[k])), 4)
-                                for k in ("accept_theta", "accept_u", "accept_sigma") if k in out}}
-        stats["acceptance_note"] = "minimum over chains (and LLMs) of the Metropolis-Hastings acceptance rates"
+        stats = {"acceptance": acc,
+                 "acceptance_note": "minimum over chains (and LLMs) of the Metropolis-Hastings acceptance rates"}
         return idata, stats
 
     # -- posterior quantities

@@ -203,6 +203,20 @@ def _slice_log(logp: Callable[[np.ndarray], np.ndarray], x0: np.ndarray, width: 
     return x
 
 
+def update_pooled(beta: np.ndarray, tau: np.ndarray, mu_sd: float, tau_shape: float, tau_rate: float,
+                  rng: np.random.Generator) -> tuple[np.ndarray, np.ndarray]:
+    """One Gibbs update of the pooling hyperparameters of coefficients ``beta`` (C x L x K):
+    mu_j | beta, tau (conjugate normal, prior N(0, mu_sd)), then tau_j | beta, mu (slice sampler on
+    log tau; prior Gamma(tau_shape, tau_rate))."""
+    C, L, K = beta.shape
+    pm_ = 1.0 / mu_sd ** 2 + L / tau ** 2
+    mu = (beta.sum(axis=1) / tau ** 2) / pm_ + rng.standard_normal((C, K)) / np.sqrt(pm_)
+    ssb = ((beta - mu[:, None, :]) ** 2).sum(axis=1)
+    tau = np.exp(_slice_log(lambda x: (tau_shape - L) * x - tau_rate * np.exp(x) - 0.5 * ssb * np.exp(-2 * x),
+                            np.log(tau), 1.0, rng))
+    return mu, tau
+
+
 class _Cells:
     """Sweep-invariant arrays: cells sorted by (LLM, world) group; the distinct (LLM, design row)
     pairs, so that a linear predictor is computed once per pair (few pairs when the design has a
@@ -467,13 +481,7 @@ def logit_gibbs(design: LogitDesign, *, draws: int = 1000, tune: int = 100, chai
             u = sigma[..., None] * z
             ug = u[:, cells.gl, cells.gw]
         # 5. mu | beta, tau and tau | beta, mu
-        beta = theta[..., d.pooled]
-        pm_ = 1.0 / d.mu_sd ** 2 + L / tau ** 2
-        mu = (beta.sum(axis=1) / tau ** 2) / pm_ + rng.standard_normal((C, K)) / np.sqrt(pm_)
-        ssb = ((beta - mu[:, None, :]) ** 2).sum(axis=1)
-        a_, r_ = d.tau_shape, d.tau_rate
-        tau = np.exp(_slice_log(lambda x: (a_ - L) * x - r_ * np.exp(x) - 0.5 * ssb * np.exp(-2 * x),
-                                np.log(tau), 1.0, rng))
+        mu, tau = update_pooled(theta[..., d.pooled], tau, d.mu_sd, d.tau_shape, d.tau_rate, rng)
         if tune // 2 <= it < tune:
             run_theta += theta
             run_sigma += sigma

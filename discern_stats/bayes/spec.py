@@ -1,0 +1,207 @@
+"""One specification per hierarchical model, from which both backends are derived.
+
+A `HierarchicalGLM` says, once: the family (binomial-logit counts or a normal outcome), the unit
+whose coefficients are grouped (an LLM, or an LLM x strategy group), the coefficient blocks of a
+unit with their priors, the data (a design row per cell), and the group effects:
+
+    eta_c = a_c' theta[unit_c] + u[unit_c, group_c]
+    binomial: k_c ~ Binomial(n_c, logistic(eta_c))        normal: y_c ~ N(eta_c, s[unit_c])
+    theta[l] = [block_1[l] | block_2[l] | ...]  (each block's trailing dims flattened, in order)
+    a block with ``sd``:  block[l, ...] ~ N(0, sd)
+    a pooled block:       block[l, j] ~ N(mu_j, tau_j),  mu_j ~ N(0, mu_sd),  tau_j ~ Gamma(tau_shape, tau_rate)
+    u[l, g] = sigma[l] z[l, g],  z ~ N(0, 1),  sigma[l] ~ HalfNormal(sigma_sd)
+    s[l] ~ HalfNormal(resid_sd)  (normal family)
+
+`to_pymc` writes this model in PyMC (for NUTS: nutpie, pymc, numpyro, blackjax); `sample` runs
+the exact Gibbs samplers on the same model (`logit_gibbs` for the binomial family, `gauss_gibbs`
+for the normal one) and names the draws as the PyMC model does. A prior changed here changes both,
+as bambi derives its backend model from one formula.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any, Callable
+
+import numpy as np
+
+
+@dataclass(frozen=True)
+class Block:
+    """Per-unit coefficients ``name`` with dims (unit, *dims). ``sd``: fixed prior N(0, sd);
+    ``sd=None``: pooled across units, N(mu, tau) per coefficient. ``intercept``: its columns are
+    one-hot (every cell has exactly one 1 among them), which the Gibbs sampler uses for a
+    translation move against the group effects."""
+
+    name: str
+    dims: tuple[str, ...]
+    sd: float | None = None
+    intercept: bool = False
+
+
+@dataclass
+class HierarchicalGLM:
+    family: str  # "binomial" or "normal"
+    unit: str  # the coordinate name of the unit axis
+    coords: dict[str, list[Any]]  # every dim named by the unit, the blocks and the group effect
+    blocks: list[Block]
+    A: np.ndarray  # cells x P design rows, columns in block order
+    unit_index: np.ndarray
+    y: np.ndarray  # k (binomial) or the outcome (normal)
+    n: np.ndarray | None = None  # binomial trials per cell
+    group: str | None = None  # coordinate name of the group effect (None: no group effects)
+    group_index: np.ndarray | None = None
+    mu_sd: float = 2.5
+    tau_shape: float = 5.0
+    tau_rate: float = 5.0
+    sigma_sd: float = 1.0
+    resid_sd: float = 1.0
+    centered: bool = True
+    names: dict[str, str] = field(default_factory=dict)  # mu, tau, sigma, z, z_pooled, loglik, resid
+
+    def __post_init__(self) -> None:
+        if self.family not in ("binomial", "normal"):
+            raise ValueError(f"family must be 'binomial' or 'normal', not {self.family!r}")
+        pooled = [b for b in self.blocks if b.sd is None]
+        if len(pooled) > 1:
+            raise ValueError("at most one pooled block")
+        self.names = {"mu": "mu", "tau": "tau", "sigma": "sigma_u", "z": "z_u", "z_pooled": "z",
+                      "loglik": "loglik", "resid": "resid_sd", **self.names}
+        self.A = np.ascontiguousarray(self.A, float)
+        if self.A.shape[1] != sum(self._width(b) for b in self.blocks):
+            raise ValueError(f"A has {self.A.shape[1]} columns; the blocks need {sum(self._width(b) for b in self.blocks)}")
+
+    # -- layout
+    def _width(self, b: Block) -> int:
+        return int(np.prod([len(self.coords[d]) for d in b.dims])) if b.dims else 1
+
+    def columns(self) -> dict[str, np.ndarray]:
+        """The columns of theta that hold each block."""
+        out, start = {}, 0
+        for b in self.blocks:
+            w = self._width(b)
+            out[b.name] = np.arange(start, start + w)
+            start += w
+        return out
+
+    @property
+    def n_unit(self) -> int:
+        return len(self.coords[self.unit])
+
+    def _prior(self) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+        cols = self.columns()
+        P = self.A.shape[1]
+        sd = np.ones(P)
+        pooled, intercepts = [], []
+        for b in self.blocks:
+            c = cols[b.name]
+            if b.sd is None:
+                pooled.extend(c)
+            else:
+                sd[c] = b.sd
+            if b.intercept:
+                intercepts.extend(c)
+        return np.zeros(P), sd, np.asarray(pooled, np.int64), np.asarray(intercepts, np.int64)
+
+    # -- backends
+    def to_pymc(self) -> None:
+        """Add this model's variables and likelihood to the PyMC model on the context stack."""
+        import pymc as pm
+        import pytensor.tensor as pt
+        nm = self.names
+        L = self.n_unit
+        parts = []
+        for b in self.blocks:
+            dims = (self.unit, *b.dims)
+            if b.sd is not None:
+                v = pm.Normal(b.name, 0.0, b.sd, dims=dims)
+            else:
+                mu = pm.Normal(nm["mu"], 0.0, self.mu_sd, dims=b.dims)
+                # zero-avoiding Gamma scale: with few units a HalfNormal puts mass at tau -> 0,
+                # the neck of the funnel where centred coefficients diverge
+                tau = pm.Gamma(nm["tau"], alpha=self.tau_shape, beta=self.tau_rate, dims=b.dims)
+                if self.centered:
+                    v = pm.Normal(b.name, mu, tau, dims=dims)
+                else:
+                    z = pm.Normal(nm["z_pooled"], 0.0, 1.0, dims=dims)
+                    v = pm.Deterministic(b.name, mu + tau * z, dims=dims)
+            parts.append(pt.reshape(v, (L, -1)))
+        theta = pt.concatenate(parts, axis=1)
+        ui = self.unit_index
+        eta = (self.A * theta[ui]).sum(axis=1)
+        if self.group is not None:
+            sigma = pm.HalfNormal(nm["sigma"], self.sigma_sd, dims=self.unit)
+            z = pm.Normal(nm["z"], 0.0, 1.0, dims=(self.unit, self.group))
+            eta = eta + sigma[ui] * z[ui, self.group_index]
+        if self.family == "binomial":
+            # binomial log-likelihood up to the constant log C(n, k): k eta - n log(1 + e^eta)
+            pm.Potential(nm["loglik"], (self.y * eta - self.n * pm.math.log1pexp(eta)).sum())
+        else:
+            s = pm.HalfNormal(nm["resid"], self.resid_sd, dims=self.unit)
+            pm.Normal(nm["loglik"], eta, s[ui], observed=self.y)
+
+    def logit_design(self):
+        """The binomial model in the layout of `logit_gibbs`."""
+        from .logit_gibbs import LogitDesign
+        mean, sd, pooled, intercepts = self._prior()
+        has_g = self.group is not None
+        return LogitDesign(A=self.A, llm=self.unit_index, world=self.group_index if has_g else np.zeros(len(self.A), int),
+                           k=self.y, n=self.n, n_llm=self.n_unit, n_world=len(self.coords[self.group]) if has_g else 1,
+                           prior_mean=mean, prior_sd=sd, pooled=pooled, intercepts=intercepts, mu_sd=self.mu_sd,
+                           tau_shape=self.tau_shape, tau_rate=self.tau_rate, sigma_sd=self.sigma_sd,
+                           world_effects=has_g)
+
+    def gauss_design(self):
+        """The normal model in the layout of `gauss_gibbs`."""
+        from .gauss_gibbs import GaussDesign
+        mean, sd, pooled, intercepts = self._prior()
+        has_g = self.group is not None
+        return GaussDesign(A=self.A, unit=self.unit_index, group=self.group_index if has_g else np.zeros(len(self.A), int),
+                           y=self.y, n_unit=self.n_unit, n_group=len(self.coords[self.group]) if has_g else 1,
+                           prior_mean=mean, prior_sd=sd, pooled=pooled, intercepts=intercepts, mu_sd=self.mu_sd,
+                           tau_shape=self.tau_shape, tau_rate=self.tau_rate, sigma_sd=self.sigma_sd,
+                           resid_sd=self.resid_sd, group_effects=has_g)
+
+    def sample(self, *, draws: int, tune: int, chains: int, random_seed: int, keep_group_effects: bool = True,
+               progress: Callable[[int, int], None] | None = None, **kwargs: Any) -> tuple[dict, dict, dict]:
+        """Run the Gibbs sampler of the family; returns (posterior arrays named as in `to_pymc`,
+        their dims, sampler statistics)."""
+        if self.family == "binomial":
+            from .logit_gibbs import logit_gibbs
+            out = logit_gibbs(self.logit_design(), draws=draws, tune=tune, chains=chains, random_seed=random_seed,
+                              keep_u=keep_group_effects, progress=progress, **kwargs)
+        else:
+            from .gauss_gibbs import gauss_gibbs
+            out = gauss_gibbs(self.gauss_design(), draws=draws, tune=tune, chains=chains, random_seed=random_seed,
+                              keep_u=keep_group_effects, progress=progress, **kwargs)
+        return self.name_draws(out)
+
+    def name_draws(self, out: dict[str, np.ndarray]) -> tuple[dict, dict, dict]:
+        nm = self.names
+        th = out["theta"]
+        C, S, L = th.shape[:3]
+        cols = self.columns()
+        post, dims = {}, {}
+        for b in self.blocks:
+            shape = [len(self.coords[d]) for d in b.dims]
+            post[b.name] = th[..., cols[b.name]].reshape(C, S, L, *shape)
+            dims[b.name] = [self.unit, *b.dims]
+            if b.sd is None:
+                post[nm["mu"]] = out["mu"].reshape(C, S, *shape)
+                post[nm["tau"]] = out["tau"].reshape(C, S, *shape)
+                dims[nm["mu"]] = dims[nm["tau"]] = list(b.dims)
+                if not self.centered:
+                    post[nm["z_pooled"]] = (post[b.name] - post[nm["mu"]][:, :, None]) / post[nm["tau"]][:, :, None]
+                    dims[nm["z_pooled"]] = [self.unit, *b.dims]
+        if self.group is not None:
+            post[nm["sigma"]] = out["sigma"]
+            dims[nm["sigma"]] = [self.unit]
+            if "u" in out:
+                post[nm["z"]] = out["u"] / out["sigma"][..., None]
+                dims[nm["z"]] = [self.unit, self.group]
+        if self.family == "normal":
+            post[nm["resid"]] = out["resid_sd"]
+            dims[nm["resid"]] = [self.unit]
+        stats = {k.removeprefix("accept_"): round(float(np.min(v)), 4) for k, v in out.items()
+                 if k.startswith("accept_")}
+        return post, dims, stats
