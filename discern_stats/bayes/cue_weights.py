@@ -40,7 +40,6 @@ it is defined (see `CueWeightModel.ame`). All chains' draws are used.
 
 from __future__ import annotations
 
-from contextlib import contextmanager
 from typing import Any
 
 import numpy as np
@@ -48,7 +47,7 @@ import pandas as pd
 
 from ..coding import CUES, block_of, cue_codes
 from ..errors import InputError
-from .base import HDI_PROB, BayesModel, hdi_columns
+from .base import HDI_PROB, BayesModel, gibbs_progress, hdi_columns
 from .logit_gibbs import LogitDesign
 from .spec import Block, HierarchicalGLM
 
@@ -66,18 +65,6 @@ def choice_table(df: pd.DataFrame, tracks: tuple[str, ...] = CHOICE_TRACKS) -> p
     out["block"] = [block_of(t, c) for t, c in zip(d["track"], d["condition"])]
     out["y"] = (d["choice"] == "B").astype(int)
     return out
-
-
-@contextmanager
-def _progress(show: bool, label: str):
-    """A rich progress bar fed by `logit_gibbs`'s ``progress(done, total)`` callback."""
-    if not show:
-        yield None
-        return
-    from rich.progress import Progress
-    with Progress() as bar:
-        task = bar.add_task(label, total=None)
-        yield lambda done, total: bar.update(task, completed=done, total=total)
 
 
 def _logistic(x: np.ndarray) -> np.ndarray:
@@ -194,7 +181,7 @@ class CueWeightModel(BayesModel):
         # doubled the worst ESS there (BENCHMARKS.md). Without them (9 parameters, acceptance
         # 0.95 on the benchmark data) one proposal is enough.
         kwargs.setdefault("theta_tries", 2 if any(b.name == "delta" for b in spec.blocks) else 1)
-        with _progress(progressbar, f"{self.name}: Gibbs sampling") as step:
+        with gibbs_progress(progressbar, f"{self.name}: Gibbs sampling") as step:
             post, dims, acc = spec.sample(draws=draws, tune=tune, chains=chains, random_seed=random_seed,
                                           progress=step, **kwargs)
         coords = {k: v for k, v in spec.coords.items() if any(k in dd for dd in dims.values())}

@@ -1,17 +1,37 @@
-"""Discernment model for Design A (SPEC "Hierarchical Bayesian" 2): a hurdle model of the posterior.
+"""Discernment model for Design A (SPEC "Hierarchical Bayesian" 2; seed 000's update analysis).
 
-Rows: valid posteriors whose claim differs from the prior (otherwise no update is possible).
-Predictors: reliability R, popularity P (both in [0, 1]) and scaled improvement
-I~ = (|P1 - T| - |C - T|) / (|P1 - T| + |C - T|) in [-1, 1].
+Rows: valid posteriors P2 whose claim C differs from the prior P1. Each row's response is one of
+`designs.l2d.RESPONSES` (f = (P2 - P1) / (C - P1)): none (P2 = P1), partial (0 < f < 1), full
+adoption (P2 = C), away (f < 0 or f > 1: away from the claim or past it). The categorical
+response is written as a sequence of binary choices (a continuation-ratio / hurdle form, exact for
+a four-way categorical), and the size of a partial move as a logit-normal:
 
-    updated_i ~ Bernoulli(logistic(a[g] + b[g] . x_i + v[item]))           # P(update)
-    f_i | updated ~ Beta(mean = logistic(c[g] + d[g] . x_i + w[item]), phi[g])  # fraction moved toward C
-    b[g, k] ~ N(mu_b[k], tau_b[k]), tau_b ~ Gamma(5, 5)   (partial pooling across LLMs; same for d)
-    v = sigma_v z_v, w = sigma_w z_w          (item random effects, non-centred)
+    move:     P(response != none)                   = logistic(eta_move)
+    away:     P(away | moved)                       = logistic(eta_away)
+    full:     P(full | moved, not away)             = logistic(eta_full)
+    fraction: logit f | partial ~ N(eta_fraction, s[g])
 
-f = (P2 - P1) / (C - P1) is clipped to [0.001, 0.999] (moves away from the claim or past it
-are counted in ``n_clipped``). Reported per LLM: both slopes on one scale and the posterior of
-popularity slope - reliability slope in each part.
+    eta_part = a[g] + b[g] . x + u[g, item]
+    b[g, k] ~ N(mu[k], tau[k]),  mu ~ N(0, slope_sd),  tau ~ Gamma(tau_shape, tau_shape / tau_sd)
+    a[g] ~ N(0, intercept_sd),   u[g, item] ~ N(0, sigma[g]),  sigma[g] ~ HalfNormal(item_sd)
+    s[g] ~ HalfNormal(resid_sd)
+
+g is a group (default: LLM x prompt strategy), so each LLM x strategy has its own slopes, pooled
+toward the mean over groups. u[g, item] is the LLM x item effect within a strategy: the rows of
+one (LLM, strategy, item) share one prior P1 (one conversation start), the dependence it carries.
+No posterior is clipped or moved: every valid row is in exactly one category.
+
+Predictors x, on one documented scale: each is a z-score, (value - mean) / SD. Reliability and
+popularity are standardised over the distinct sources in the data (each source counted once), the
+scaled improvement I~ = (|P1 - T| - |C - T|) / (|P1 - T| + |C - T|) over rows. A slope is the change
+in log-odds (fraction: in the logit of the median moved fraction) per SD, so "popularity slope -
+reliability slope" compares the two on the same footing whatever their units (Open PageRank 0-10,
+PC1 0-1). The SDs are in `scales`.
+
+The four parts have disjoint parameters and independent priors, so their posterior factorises:
+each part is a `spec.HierarchicalGLM`, sampled by the exact Gibbs samplers (`logit_gibbs` for the
+three binary parts, `gauss_gibbs` for the fraction) or, from the same specs, by NUTS in one PyMC
+model (`build`).
 """
 
 from __future__ import annotations
@@ -21,80 +41,205 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from .base import HDI_PROB, BayesModel, hdi_columns
+from ..designs.l2d import RESPONSES, classify_response
+from ..errors import InputError
+from .base import HDI_PROB, BayesModel, gibbs_progress, hdi_columns
+from .spec import Block, HierarchicalGLM
 
 PREDICTORS = ["reliability", "popularity", "improvement"]
-EPS = 1e-3
+SOURCE_PREDICTORS = ("reliability", "popularity")  # standardised over distinct sources
+PARTS = ("move", "away", "full", "fraction")
+PART_LABELS = {"move": "P(move)", "away": "P(away or past | move)", "full": "P(full adoption | move toward)",
+               "fraction": "fraction moved (partial)"}
+
+
+def _joined(df: pd.DataFrame, cols: list[str]) -> pd.Series:
+    """The values of ``cols`` joined by " / " (vectorised: a row-wise join costs minutes at 670,000 rows)."""
+    out = df[cols[0]].astype(str)
+    for c in cols[1:]:
+        out = out + " / " + df[c].astype(str)
+    return out
+
+
+def _logit(p: np.ndarray) -> np.ndarray:
+    return np.log(p) - np.log1p(-p)
 
 
 class DiscernmentModel(BayesModel):
     name = "discernment"
-    default_config: dict[str, Any] = {"group_by": ["llm"], "item_effects": True, "slope_sd": 2.5, "tau_sd": 1.0,
-                                      "tau_shape": 5.0}
-    check_vars = ["a", "b", "c", "d", "phi", "mu_b", "mu_d", "tau_b", "tau_d"]
+    default_config: dict[str, Any] = {"group_by": ["llm", "strategy"], "predictors": list(PREDICTORS),
+                                      "item_effects": True, "intercept_sd": 2.5, "slope_sd": 2.5,
+                                      "tau_shape": 5.0, "tau_sd": 1.0, "item_sd": 1.0, "resid_sd": 2.0}
+    default_sampler = "gibbs"
+    own_samplers = ("gibbs",)
     default_fit = {"target_accept": 0.95}
 
+    # -- data
     def prepare(self, df: pd.DataFrame) -> pd.DataFrame:
+        c = self.config
+        by, preds = list(c["group_by"]), list(c["predictors"])
+        if not by:
+            raise InputError("discernment model: group_by needs at least one column (e.g. llm)")
+        bad = [p for p in preds if p not in PREDICTORS]
+        if bad or not preds:
+            raise InputError(f"discernment model: unknown predictor {bad[0] if bad else '(none)'!r}; choose from "
+                             f"{', '.join(PREDICTORS)}")
+        need = ["valid", "truth", "prior", "posterior", "claim", "item_id", *by,
+                *[p for p in preds if p in SOURCE_PREDICTORS]]
+        missing = [col for col in dict.fromkeys(need) if col not in df.columns]
+        if missing:
+            raise InputError(f"discernment model: the data have no column {missing[0]!r} (needed for "
+                             f"{'group_by' if missing[0] in by else 'the model'}; columns: {', '.join(map(str, df.columns))})",
+                             column=missing[0])
         d = df[df["valid"].astype(bool)].copy()
-        for col in ("truth", "prior", "posterior", "claim", "reliability", "popularity"):
-            d[col] = d[col].astype(float)
+        for col in ("truth", "prior", "posterior", "claim", *[p for p in preds if p in SOURCE_PREDICTORS]):
+            d[col] = pd.to_numeric(d[col], errors="coerce").astype(float)
+        d = d.dropna(subset=["prior", "posterior", "claim", "truth", *[p for p in preds if p in SOURCE_PREDICTORS]])
         d = d[d.claim != d.prior]
+        d["group"] = _joined(d, by)
+        every = _joined(df.dropna(subset=by), by).unique()
+        empty = sorted(set(every) - set(d["group"]))
+        if empty:
+            raise InputError(f"discernment model: group {empty[0]!r} ({' / '.join(by)}) has no valid posterior with "
+                             f"claim != prior; drop its trials or group by other columns")
+        if d.empty:
+            raise InputError("discernment model: no valid posteriors with claim != prior")
         e1, e2 = (d.prior - d.truth).abs(), (d.claim - d.truth).abs()
         den = e1 + e2
         d["improvement"] = np.where(den > 0, (e1 - e2) / den.where(den > 0, 1), 0.0)
-        d["updated"] = (d.posterior != d.prior).astype(int)
+        d["response"] = classify_response(d.prior, d.posterior, d.claim)
         f = (d.posterior - d.prior) / (d.claim - d.prior)
-        d["n_clipped"] = ((f <= 0) | (f >= 1)) & (d.updated == 1)
-        d["fraction"] = f.clip(EPS, 1 - EPS)
-        d["group"] = d[self.config["group_by"]].astype(str).agg(" / ".join, axis=1)
-        return d[["group", "item_id", "updated", "fraction", "n_clipped"] + PREDICTORS].reset_index(drop=True)
+        d["logit_fraction"] = np.where(d.response == "partial", _logit(f.clip(1e-12, 1 - 1e-12)), 0.0)
+        self.scales = {}
+        for p in preds:
+            by_source = p in SOURCE_PREDICTORS and "source" in d
+            base = d.drop_duplicates("source")[p] if by_source else d[p]
+            m, s = float(base.mean()), float(base.std(ddof=0))
+            if not s > 0:
+                raise InputError(f"discernment model: predictor {p!r} does not vary in the data; drop it from predictors")
+            self.scales[p] = {"mean": m, "sd": s, "over": "distinct sources" if by_source else "rows"}
+            d[f"z_{p}"] = (d[p] - m) / s
+        keep = ["group", *by, "item_id", "response", "logit_fraction", *[f"z_{p}" for p in preds]]
+        return d[list(dict.fromkeys(keep))].reset_index(drop=True)
+
+    def outcome_counts(self) -> pd.DataFrame:
+        """Rows per group and response (none / partial / full / away), the data each part sees."""
+        t = pd.crosstab(self.data.group, pd.Categorical(self.data.response, RESPONSES), dropna=False)
+        t.columns = list(RESPONSES)
+        t["rows"] = t.sum(axis=1)
+        return t.reset_index()
+
+    def part_rows(self) -> dict[str, np.ndarray]:
+        """The rows each part models (a mask over `data`)."""
+        resp = self.data.response.to_numpy()
+        return {"move": np.ones(len(resp), bool), "away": resp != "none",
+                "full": np.isin(resp, ["partial", "full"]), "fraction": resp == "partial"}
+
+    # -- the model, specified once per part
+    def specs(self) -> dict[str, HierarchicalGLM]:
+        c, d = self.config, self.data
+        preds = list(c["predictors"])
+        resp = d.response.to_numpy()
+        rows = self.part_rows()
+        y = {"move": resp != "none", "away": resp == "away", "full": resp == "full"}
+        out = {}
+        for part in PARTS:
+            sel = rows[part]
+            if not sel.any():
+                continue
+            p = d[sel]
+            groups = sorted(p.group.unique())
+            items = sorted(p.item_id.astype(str).unique())
+            A = np.column_stack([np.ones(len(p)), p[[f"z_{k}" for k in preds]].to_numpy(float)])
+            coords = {f"{part}_group": groups, "predictor": preds, f"{part}_item": items}
+            ie = bool(c["item_effects"])
+            common = dict(unit=f"{part}_group", coords=coords, A=A,
+                          blocks=[Block(f"{part}_intercept", (), sd=c["intercept_sd"], intercept=True),
+                                  Block(f"{part}_slope", ("predictor",))],
+                          unit_index=pd.Categorical(p.group, groups).codes.astype(np.int64),
+                          group=f"{part}_item" if ie else None,
+                          group_index=pd.Categorical(p.item_id.astype(str), items).codes.astype(np.int64) if ie else None,
+                          mu_sd=c["slope_sd"], tau_shape=c["tau_shape"], tau_rate=c["tau_shape"] / c["tau_sd"],
+                          sigma_sd=c["item_sd"], resid_sd=c["resid_sd"],
+                          names={"mu": f"{part}_mu", "tau": f"{part}_tau", "sigma": f"{part}_sigma_item",
+                                 "z": f"{part}_z_item", "loglik": f"{part}_loglik", "resid": f"{part}_resid_sd"})
+            if part == "fraction":
+                out[part] = HierarchicalGLM(family="normal", y=p.logit_fraction.to_numpy(float), **common)
+            else:
+                out[part] = HierarchicalGLM(family="binomial", y=y[part][sel].astype(np.int64),
+                                            n=np.ones(int(sel.sum()), np.int64), **common)
+        return out
+
+    @property
+    def check_vars(self) -> list[str]:  # type: ignore[override]
+        out = []
+        for part, spec in self.specs().items():
+            nm = spec.names
+            out += [f"{part}_intercept", f"{part}_slope", nm["mu"], nm["tau"]]
+            if spec.group is not None:
+                out.append(nm["sigma"])
+            if spec.family == "normal":
+                out.append(nm["resid"])
+        return out
 
     def build(self):
         import pymc as pm
-        c, d = self.config, self.data
-        groups = sorted(d.group.unique())
-        items = sorted(d.item_id.unique())
-        gi = pd.Categorical(d.group, groups).codes
-        ii = pd.Categorical(d.item_id, items).codes
-        X = d[PREDICTORS].to_numpy(float)
-        up = d.updated.to_numpy() == 1
-        self.groups = groups
-        with pm.Model(coords={"group": groups, "predictor": PREDICTORS, "item": items}) as m:
-            parts = {}
-            for part, (a_name, b_name) in {"update": ("a", "b"), "fraction": ("c", "d")}.items():
-                a = pm.Normal(a_name, 0.0, 2.0, dims="group")
-                mu = pm.Normal(f"mu_{b_name}", 0.0, c["slope_sd"], dims="predictor")
-                # centred slopes (each LLM's slopes are well identified) with a zero-avoiding
-                # Gamma(5, 5) between-LLM scale, as in the cue-weight model
-                tau = pm.Gamma(f"tau_{b_name}", alpha=c["tau_shape"], beta=c["tau_shape"] / c["tau_sd"], dims="predictor")
-                b = pm.Normal(b_name, mu, tau, dims=("group", "predictor"))
-                pm.Deterministic(f"pop_minus_rel_{part}", b[:, 1] - b[:, 0], dims="group")
-                eta = a[gi] + (X * b[gi]).sum(axis=1)
-                if c["item_effects"]:
-                    s = pm.HalfNormal(f"sigma_item_{part}", 1.0)
-                    zi = pm.Normal(f"z_item_{part}", 0.0, 1.0, dims="item")
-                    eta = eta + s * zi[ii]
-                parts[part] = eta
-            pm.Bernoulli("updated", logit_p=parts["update"], observed=d.updated.to_numpy())
-            phi = pm.Gamma("phi", 2.0, 0.1, dims="group")
-            mu_f = pm.math.invlogit(parts["fraction"][up])
-            pm.Beta("fraction", alpha=mu_f * phi[gi[up]], beta=(1 - mu_f) * phi[gi[up]],
-                    observed=d.fraction.to_numpy()[up])
+        specs = self.specs()
+        coords = {k: v for s in specs.values() for k, v in s.coords.items()}
+        with pm.Model(coords=coords) as m:
+            for s in specs.values():
+                s.to_pymc()
         return m
 
+    def sample_own(self, sampler: str, *, draws: int, tune: int, chains: int, random_seed: int,
+                   progressbar: bool = False, **kwargs: Any) -> tuple[Any, dict[str, Any]]:
+        """Each part by its exact Gibbs sampler; item effects are kept as their scales only."""
+        import arviz as az
+        if kwargs:
+            raise TypeError(f"the gibbs sampler takes no option(s) {sorted(kwargs)} (NUTS options such as "
+                            f"target_accept apply to nutpie, pymc, numpyro and blackjax)")
+        post, dims, coords, acc = {}, {}, {}, {}
+        for i, (part, spec) in enumerate(self.specs().items()):
+            with gibbs_progress(progressbar, f"{self.name}: {part} ({len(spec.A):,} rows)") as step:
+                p, dd, a = spec.sample(draws=draws, tune=tune, chains=chains, random_seed=random_seed + i,
+                                       keep_group_effects=False, progress=step)
+            post |= p
+            dims |= dd
+            coords |= {k: v for k, v in spec.coords.items() if any(k in x for x in dd.values())}
+            acc |= {f"{part}_{k}": v for k, v in a.items()}
+        idata = az.from_dict({"posterior": post}, coords=coords, dims=dims)
+        return idata, {"acceptance": acc, "acceptance_note": "minimum over chains and groups of the "
+                       "Metropolis-Hastings acceptance rates (the fraction part is sampled by exact Gibbs draws)"}
+
+    # -- results
     def summary_table(self) -> pd.DataFrame:
-        groups = sorted(self.data.group.unique())
+        """Per part and group: the slopes (per SD) with 94% HDIs and popularity - reliability with
+        P(> 0); rows with group "(mean over groups)" are the pooled means mu."""
+        preds = list(self.config["predictors"])
+        post = self.idata["posterior"]
+        masks = self.part_rows()
         rows = []
-        for part, b_name in (("update", "b"), ("fraction", "d")):
-            b = self.draws(b_name)  # S, G, K
-            diff = self.draws(f"pop_minus_rel_{part}")  # S, G
-            for gi, g in enumerate(groups):
-                lo, hi = hdi_columns(b[:, gi, :])
-                for ki, k in enumerate(PREDICTORS):
-                    rows.append({"group": g, "part": part, "term": k, "mean": float(b[:, gi, ki].mean()),
-                                 "hdi_lo": float(lo[ki]), "hdi_hi": float(hi[ki]), "hdi_prob": HDI_PROB})
-                dlo, dhi = hdi_columns(diff[:, gi][:, None])
-                rows.append({"group": g, "part": part, "term": "popularity - reliability",
-                             "mean": float(diff[:, gi].mean()), "hdi_lo": float(dlo[0]), "hdi_hi": float(dhi[0]),
-                             "p_positive": float((diff[:, gi] > 0).mean()), "hdi_prob": HDI_PROB})
-        return pd.DataFrame(rows)
+        for part in PARTS:
+            if f"{part}_slope" not in post.data_vars:
+                continue
+            counts = self.data.group[masks[part]].value_counts()
+            b = self.draws(f"{part}_slope")  # S, G, K
+            groups = list(post[f"{part}_slope"].coords[f"{part}_group"].values)
+            mu = self.draws(f"{part}_mu")  # S, K
+            series = [(g, b[:, gi, :]) for gi, g in enumerate(groups)] + [("(mean over groups)", mu)]
+            for g, w in series:
+                lo, hi = hdi_columns(w)
+                n = int(counts.get(g, counts.sum()))
+                for ki, k in enumerate(preds):
+                    rows.append({"group": g, "part": part, "term": k, "mean": float(w[:, ki].mean()),
+                                 "hdi_lo": float(lo[ki]), "hdi_hi": float(hi[ki]), "p_positive": np.nan,
+                                 "n_rows": n, "hdi_prob": HDI_PROB})
+                if {"popularity", "reliability"} <= set(preds):
+                    diff = w[:, preds.index("popularity")] - w[:, preds.index("reliability")]
+                    dlo, dhi = hdi_columns(diff[:, None])
+                    rows.append({"group": g, "part": part, "term": "popularity - reliability",
+                                 "mean": float(diff.mean()), "hdi_lo": float(dlo[0]), "hdi_hi": float(dhi[0]),
+                                 "p_positive": float((diff > 0).mean()), "n_rows": n, "hdi_prob": HDI_PROB})
+        t = pd.DataFrame(rows)
+        t["scale"] = "logit per SD of the predictor"
+        return t

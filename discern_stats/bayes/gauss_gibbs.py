@@ -26,7 +26,7 @@ from dataclasses import dataclass
 from typing import Callable
 
 import numpy as np
-from scipy import stats
+from scipy import special
 
 from .logit_gibbs import _slice_log, update_pooled
 
@@ -157,7 +157,8 @@ def gauss_gibbs(design: GaussDesign, *, draws: int = 1000, tune: int = 200, chai
             pz = np.stack([np.bincount(ul, weights=zc[c] ** 2 / s2[c], minlength=L) for c in range(C)]) + 1.0 / s02
             mz = np.stack([np.bincount(ul, weights=zc[c] * r[c] / s2[c], minlength=L) for c in range(C)]) / pz
             sd_z = 1.0 / np.sqrt(pz)
-            sigma = stats.truncnorm.rvs(-mz / sd_z, np.inf, loc=mz, scale=sd_z, random_state=rng)
+            # truncated normal by inversion, x = -Phi^-1(U Phi(mz / sd)): stable in both tails
+            sigma = mz - sd_z * special.ndtri(rng.random(mz.shape) * special.ndtr(mz / sd_z))
             ug = sigma[:, gl] * z
             e = r - ug[:, gidx]
         else:

@@ -11,9 +11,9 @@ text and answers like a respondent with known cue weights (profiles in
 - Design B identification probes: correct with the profile's accuracy, else a wrong option.
 - Design A: its "knowledge" is the item bank (question -> truth) and the source table
   (domain -> reliability, popularity), as an LLM's parametric knowledge would be. Prior:
-  exact with prob ``prior_exact``, else T * exp(N(0, prior_sd)). Posterior: a hurdle —
-  update with prob logistic(update . [1, R, P, I~]); if it updates, it moves a fraction
-  f ~ Beta(mean=logistic(fraction . [1, R, P, I~]), phi) of the way to the claim.
+  exact with prob ``prior_exact``, else T * exp(N(0, prior_sd)). Posterior: one of the responses
+  none / partial / full / away (`designs.l2d.RESPONSES`), drawn in sequence by the profile's
+  logits (move, then away, then full), a partial move's fraction logit-normal (profiles.yaml).
 
 Answers are deterministic given (profile seed, prompt text, repeat), so a rerun of a plan
 reproduces the same data. A configurable share of answers is invalid on purpose.
@@ -269,17 +269,36 @@ class SyntheticChatModel(BaseChatModel):
         rel, pop = self.source_knowledge.get(src, (0.5, 0.5))
         denom = abs(p1 - truth) + abs(claim - truth)
         imp = 0.0 if denom == 0 else (abs(p1 - truth) - abs(claim - truth)) / denom
-        u, fr = cfg["update"], cfg["fraction"]
-        p_up = _logistic(u["intercept"] + u["reliability"] * rel + u["popularity"] * pop + u["improvement"] * imp)
-        p2 = p1
-        if claim != p1 and rng.random() < p_up:
-            mu = _logistic(fr["intercept"] + fr["reliability"] * rel + fr["popularity"] * pop + fr["improvement"] * imp)
-            frac = rng.beta(mu * fr["phi"], (1 - mu) * fr["phi"])
-            p2 = p1 + frac * (claim - p1)
-        out: dict[str, Any] = {"answer": float(format_number(float(f"{p2:.6g}")))}
+        frac = self._l2d_fraction(cfg, question, system, rel, pop, imp, rng) if claim != p1 else 0.0
+        # no move and full adoption repeat the prior or the claim as given; other moves keep 6 digits
+        p2 = p1 if frac == 0.0 else claim if frac == 1.0 else float(f"{p1 + frac * (claim - p1):.6g}")
+        out: dict[str, Any] = {"answer": float(format_number(p2))}
         if "rate how reliable" in human[-1]:
             out = {"reliability": round(float(np.clip(rel + rng.normal(0, cfg.get("rating_sd", 0.2)), 0, 1)), 3), **out}
         return json.dumps(out)
+
+    def _l2d_fraction(self, cfg: dict[str, Any], question: str, system: str, rel: float, pop: float, imp: float,
+                      rng: np.random.Generator) -> float:
+        """The fraction f of the way to the claim this respondent moves (0: none, 1: full adoption,
+        < 0 or > 1: away), by the profile's sequence of parts (profiles.yaml)."""
+        for part in ("move", "away", "full", "fraction"):
+            if part not in cfg:
+                raise SpecError(f"synthetic profile {self.profile_name!r}: l2d needs move, away, full and fraction "
+                                f"(each with intercept, reliability, popularity, improvement); {part!r} is missing")
+        item = np.random.default_rng(_seed("item", self.profile_name, self.seed, question, system)).normal(
+            0.0, cfg.get("item_sd", 0.0), 4)
+
+        def eta(i: int, part: str) -> float:
+            c = cfg[part]
+            return c["intercept"] + c["reliability"] * rel + c["popularity"] * pop + c["improvement"] * imp + item[i]
+
+        if rng.random() >= _logistic(eta(0, "move")):
+            return 0.0
+        if rng.random() < _logistic(eta(1, "away")):  # half past the claim, half away from it
+            return 1.0 + abs(rng.normal(0, 0.5)) if rng.random() < 0.5 else -abs(rng.normal(0, 0.3))
+        if rng.random() < _logistic(eta(2, "full")):
+            return 1.0
+        return _logistic(eta(3, "fraction") + rng.normal(0.0, cfg["fraction"]["sd"]))
 
     # -- LangChain plumbing
     def _result(self, messages: list[BaseMessage]) -> ChatResult:
