@@ -320,8 +320,8 @@ def fit_cmd(model: str = typer.Argument(..., help="cue, discernment or intervent
             tune: Optional[int] = typer.Option(None, "--tune", help="NUTS warm-up (default 1000) or Gibbs burn-in "
                                                "(default 200)"),
             chains: int = typer.Option(4, "--chains"),
-            sampler: Optional[str] = typer.Option(None, "--sampler", help="gibbs (default for cue and intervention), "
-                                                  "nutpie (default for discernment), pymc, numpyro or blackjax"),
+            sampler: Optional[str] = typer.Option(None, "--sampler", help="gibbs (the default: the models' exact "
+                                                  "Gibbs samplers), nutpie, pymc, numpyro or blackjax (NUTS)"),
             seed: int = typer.Option(0, "--seed"),
             refit: bool = typer.Option(False, "--refit", help="fit even when a saved fit matches the data"),
             db: str = DbOpt) -> None:

@@ -11,7 +11,7 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from discern_stats.bayes import CueWeightModel, DiscernmentModel, InterventionContrastModel
+from discern_stats.bayes import BayesModel, CueWeightModel, InterventionContrastModel
 from discern_stats.bayes.base import hdi_columns
 from discern_stats.bayes.logit_gibbs import LogitDesign, logit_gibbs
 
@@ -94,7 +94,7 @@ def test_gibbs_input_checks_and_seeds():
     with pytest.raises(TypeError, match="target_accept"):
         m.fit(draws=5, chains=1, target_accept=0.9)
     with pytest.raises(ValueError, match="no Gibbs sampler"):
-        DiscernmentModel.__new__(DiscernmentModel).fit(sampler="gibbs")
+        BayesModel.__new__(BayesModel).fit(sampler="gibbs")  # a model without a sampler of its own
     a = logit_gibbs(design, draws=20, tune=10, chains=2, random_seed=7)
     b = logit_gibbs(design, draws=20, tune=10, chains=2, random_seed=7)
     c = logit_gibbs(design, draws=20, tune=10, chains=2, random_seed=8)
@@ -136,3 +136,29 @@ def test_gibbs_matches_nuts_on_the_same_model():
     assert ((w.ravel() >= lo) & (w.ravel() <= hi)).all()
     lo, hi = hdi_columns(g.draws("sigma_u"), prob=0.99)
     assert ((lo <= 0.5) & (0.5 <= hi)).all(), (lo, hi)
+
+
+@pytest.mark.slow
+def test_gibbs_matches_nuts_with_intervention_shifts():
+    """The intervention model's path: shifts delta (intervention x cue) and gamma (intervention),
+    sampled with two independence proposals per sweep (theta_tries=2, the default with shifts).
+    Means within 4 combined Monte Carlo SEs of nutpie's, SDs within 15%."""
+    import arviz as az
+    d = _with_interventions(seed=4)
+    fits = {}
+    for sampler in ("gibbs", "nutpie"):
+        m = InterventionContrastModel(d, tracks=["factorial", "swap", "order-time"])
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            m.fit(draws=2000, chains=2, random_seed=3, sampler=sampler)
+        assert m.diagnostics["ok"], (sampler, m.diagnostics)
+        fits[sampler] = m
+    g, n = fits["gibbs"], fits["nutpie"]
+    assert g.sampler["theta_tries"] == 2 and g.idata["posterior"]["delta"].shape[-2:] == (2, 5)
+    for var in ("delta", "gamma", "beta", "alpha"):
+        sg = az.summary(g.idata, var_names=[var], round_to="none")
+        sn = az.summary(n.idata, var_names=[var], round_to="none")
+        z = (sg["mean"] - sn["mean"]).abs() / np.sqrt(sg["mcse_mean"] ** 2 + sn["mcse_mean"] ** 2)
+        assert (z < 4).all(), (var, z.max())
+        ratio = sg["sd"] / sn["sd"]
+        assert ((ratio > 0.85) & (ratio < 1.15)).all(), (var, ratio.to_numpy())

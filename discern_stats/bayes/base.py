@@ -90,7 +90,8 @@ class BayesModel:
 
     name: ClassVar[str] = "model"
     default_config: ClassVar[dict[str, Any]] = {}
-    check_vars: ClassVar[list[str]] = []
+    check_vars: ClassVar[list[str]] = []  # the convergence gate: every reported parameter
+    nuisance_vars: ClassVar[list[str]] = []  # diagnosed and recorded (diagnostics["nuisance"]), not gated
     default_fit: ClassVar[dict[str, Any]] = {}  # NUTS options (pm.sample keywords)
     default_sampler: ClassVar[str] = "nutpie"
     own_samplers: ClassVar[tuple[str, ...]] = ()  # samplers the subclass implements in `sample_own`
@@ -153,6 +154,10 @@ class BayesModel:
         self.sampler = {"sampler": sampler, "draws": draws, "tune": tune, "chains": chains,
                         "random_seed": random_seed, "wall_s": time.perf_counter() - t0, **kwargs, **stats}
         self.diagnostics = check_convergence(self.idata, self.check_vars)
+        if self.nuisance_vars:
+            nuis = check_convergence(self.idata, self.nuisance_vars)
+            self.diagnostics["nuisance"] = {"vars": list(self.nuisance_vars), "problems": nuis["problems"],
+                                            **{k: nuis[k] for k in ("max_rhat", "min_ess_bulk", "min_ess_tail")}}
         if not self.diagnostics["ok"]:
             warnings.warn(f"{self.name}: convergence checks FAILED: {'; '.join(self.diagnostics['problems'])}",
                           ConvergenceWarning, stacklevel=2)

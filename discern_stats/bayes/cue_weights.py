@@ -186,7 +186,7 @@ class CueWeightModel(BayesModel):
                                           progress=step, **kwargs)
         coords = {k: v for k, v in spec.coords.items() if any(k in dd for dd in dims.values())}
         idata = az.from_dict({"posterior": post}, coords=coords, dims=dims)
-        stats = {"acceptance": acc,
+        stats = {"acceptance": acc, "theta_tries": kwargs["theta_tries"],
                  "acceptance_note": "minimum over chains (and LLMs) of the Metropolis-Hastings acceptance rates"}
         return idata, stats
 

@@ -78,7 +78,8 @@ def popularity_vs_reliability(ctx: ReportContext):
     lab = _llm_label(ctx)
     llms = sorted(m.llm.unique())
     model = ctx.model("discernment")
-    fig, axes = plt.subplots(1, 2 if model is not None else 1, figsize=(10 if model is not None else 6, 0.6 * len(llms) + 1.8),
+    rows = len(llms) if model is None else max(len(llms), model.data.group.nunique() + 1)
+    fig, axes = plt.subplots(1, 2 if model is not None else 1, figsize=(12 if model is not None else 6, 0.45 * rows + 1.8),
                              squeeze=False)
     ax = axes[0, 0]
     for j, (metric, name, c) in enumerate((("SD", "reliability (SD)", COLORS[0]), ("rho_pop", "popularity", COLORS[3]))):
@@ -93,16 +94,18 @@ def popularity_vs_reliability(ctx: ReportContext):
         s = model.summary()
         s = s[s.term == "popularity - reliability"]
         ax2 = axes[0, 1]
-        groups = sorted(s.group.unique())
-        for j, (part, c) in enumerate((("update", COLORS[2]), ("fraction", COLORS[4]))):
-            d = s[s.part == part].set_index("group").loc[groups]
+        groups = [g for g in dict.fromkeys(s.group) if g != "(mean over groups)"] + ["(mean over groups)"]
+        for j, (part, c, name) in enumerate((("move", COLORS[2], "P(move)"),
+                                             ("fraction", COLORS[4], "fraction moved (partial)"))):
+            d = s[s.part == part].set_index("group").reindex(groups)
             y = np.arange(len(groups)) + (j - 0.5) * 0.25
             ax2.errorbar(d["mean"], y, xerr=[d["mean"] - d.hdi_lo, d.hdi_hi - d["mean"]], fmt="s", color=c,
-                         label=f"P({part})" if part == "update" else "fraction moved", capsize=3)
-        ax2.axvline(0, color="grey", lw=0.8, ls="--")
-        ax2.set_yticks(np.arange(len(groups)), [lab.get(g, g) for g in groups])
-        ax2.set_xlabel("popularity − reliability slope (logit, 94% HDI)")
+                         label=name, capsize=3)
+        ax2.set_yticks(np.arange(len(groups)), [" / ".join(lab.get(p, p) for p in g.split(" / ")) for g in groups])
+        ax2.invert_yaxis()
+        ax2.set_xlabel("popularity − reliability slope (logit per SD, 94% HDI)")
         ax2.legend(fontsize=8)
+        ax2.axvline(0, color="grey", lw=0.8, ls="--")
     fig.tight_layout()
     return fig
 
