@@ -113,6 +113,15 @@ def _line(name, rows, wall, d):
             "min_ess_bulk": round(d["min_ess_bulk"]), "min_ess_tail": round(d["min_ess_tail"]), "ok": d["ok"]}
 
 
+def _by_variable(m) -> None:
+    import arviz as az
+    x = az.summary(m.idata, var_names=m.check_vars + m.nuisance_vars, kind="diagnostics", round_to="none")
+    x["variable"] = [i.split("[")[0] for i in x.index]
+    x["gated"] = x.variable.isin(m.check_vars)
+    print(x.groupby(["gated", "variable"])[["ess_bulk", "ess_tail", "r_hat"]].agg(
+        {"ess_bulk": "min", "ess_tail": "min", "r_hat": "max"}).round(3).to_string(), flush=True)
+
+
 def main(argv=None) -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--subset-items", type=int, default=30, help="items per group of the subset (x 65 groups x 10)")
@@ -120,12 +129,16 @@ def main(argv=None) -> None:
     ap.add_argument("--draws", type=int, default=1000)
     ap.add_argument("--chains", type=int, default=2)
     ap.add_argument("--skip-legacy", action="store_true")
+    ap.add_argument("--by-variable", action="store_true", help="print each variable's worst ESS and R-hat "
+                    "(gated and nuisance variables) after each four-part fit")
     a = ap.parse_args(argv)
     out = []
     sub, _ = simulate(n_items=a.subset_items, seed=1)
     m, wall = fit_new(sub, a.draws, a.chains)
     out.append(_line("four-part, Gibbs (this issue)", len(sub), wall, m.diagnostics))
     print(json.dumps(out[-1]), flush=True)
+    if a.by_variable:
+        _by_variable(m)
     if not a.skip_legacy:
         m, wall = fit_legacy(sub.assign(popularity=sub.popularity / 10), 500, a.chains)
         out.append(_line("hurdle/Beta, nutpie 500+500 (before)", len(sub), wall, m.diagnostics))
@@ -136,6 +149,8 @@ def main(argv=None) -> None:
         m, wall = fit_new(df, a.draws, a.chains)
         out.append(_line("four-part, Gibbs (this issue)", len(df), wall, m.diagnostics))
         print(json.dumps(out[-1]), flush=True)
+        if a.by_variable:
+            _by_variable(m)
     print(pd.DataFrame(out).to_string(index=False))
 
 

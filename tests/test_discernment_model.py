@@ -15,12 +15,12 @@ from scipy import stats
 
 from discern_stats.bayes import DiscernmentModel
 from discern_stats.bayes.base import hdi_columns
-from discern_stats.bayes.spec import Block, HierarchicalGLM
 from discern_stats.designs.l2d import classify_response
 from discern_stats.errors import InputError
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "benchmarks"))
 from bench_discernment import simulate  # noqa: E402  (the benchmark's generative model)
+from sbc_gibbs import rank_uniformity, sbc_ranks  # noqa: E402  (the larger SBC run lives there)
 
 
 def _rows():
@@ -104,80 +104,17 @@ def test_pymc_build_has_the_spec_likelihood():
     assert lp == pytest.approx(pymc_lp, rel=1e-7)  # pytensor softplus: piecewise, ~1e-8 per term
 
 
-def _prior_draw(spec: HierarchicalGLM, rng):
-    """A parameter draw from the spec's priors, and data simulated from it in place of spec.y."""
-    L, P = spec.n_unit, spec.A.shape[1]
-    K = sum(1 for b in spec.blocks if b.sd is None for _ in range(spec._width(b)))
-    mu = rng.normal(0, spec.mu_sd, K)
-    tau = rng.gamma(spec.tau_shape, 1 / spec.tau_rate, K)
-    theta = np.zeros((L, P))
-    _, sd, pooled, _ = spec._prior()
-    theta[:] = rng.normal(0, sd, (L, P))
-    theta[:, pooled] = mu + tau * rng.standard_normal((L, K))
-    sigma = np.abs(rng.normal(0, spec.sigma_sd, L))
-    W = len(spec.coords[spec.group])
-    u = sigma[:, None] * rng.standard_normal((L, W))
-    eta = (spec.A * theta[spec.unit_index]).sum(1) + u[spec.unit_index, spec.group_index]
-    if spec.family == "binomial":
-        y = rng.binomial(spec.n, 1 / (1 + np.exp(-eta)))
-        s = None
-    else:
-        s = np.abs(rng.normal(0, spec.resid_sd, L))
-        y = eta + s[spec.unit_index] * rng.standard_normal(len(eta))
-    truth = np.r_[theta.ravel(), mu, tau, sigma, [] if s is None else s]
-    return y, truth
-
-
-def _sbc_ranks(family: str, reps: int, seed: int) -> np.ndarray:
-    """Simulation-based calibration (Talts et al. 2018): draw parameters from the prior, data from
-    them, and the rank of each true value among 99 thinned posterior draws; under a correct sampler
-    the ranks are uniform on 0..99."""
-    rng = np.random.default_rng(seed)
-    L, W, per = 2, 5, 6
-    unit = np.repeat(np.arange(L), W * per)
-    group = np.tile(np.repeat(np.arange(W), per), L)
-    x = rng.normal(size=len(unit))
-    spec = HierarchicalGLM(family=family, unit="u", coords={"u": [0, 1], "k": ["x"], "w": list(range(W))},
-                           blocks=[Block("a", (), sd=1.5, intercept=True), Block("b", ("k",))],
-                           A=np.column_stack([np.ones(len(x)), x]), unit_index=unit, y=np.zeros(len(x), int),
-                           n=np.full(len(x), 3) if family == "binomial" else None, group="w", group_index=group,
-                           mu_sd=1.0, tau_shape=5.0, tau_rate=5.0, sigma_sd=0.7, resid_sd=1.0)
-    ranks, shifted = [], []
-    for r in range(reps):
-        y, truth = _prior_draw(spec, rng)
-        spec.y = y
-        post, _, _ = spec.sample(draws=495, tune=100, chains=1, random_seed=int(rng.integers(1 << 31)),
-                                 keep_group_effects=False)
-        names = ["a", "b", "mu", "tau", "sigma_u"] + (["resid_sd"] if family == "normal" else [])
-        d = np.concatenate([post[v].reshape(495, -1) for v in names], axis=1)[::5]  # 99 thinned draws
-        ranks.append((d < _order(truth, L, family)).sum(0))
-        # the ranks a sampler biased by half a posterior SD would give (a negative control)
-        shifted.append((d < _order(truth, L, family) + 0.5 * d.std(axis=0)).sum(0))
-    return np.asarray(ranks), np.asarray(shifted)
-
-
-def _order(truth, L, family):
-    """truth laid out as theta (L x [a, b]), mu, tau, sigma (L), s (L) -> a (L), b (L), mu, tau, sigma, s."""
-    theta = truth[:2 * L].reshape(L, 2)
-    rest = truth[2 * L:]
-    return np.r_[theta[:, 0], theta[:, 1], rest]
-
-
 @pytest.mark.parametrize("family", ["binomial", "normal"])
 def test_gibbs_samplers_pass_simulation_based_calibration(family):
     """60 prior draws of a 2-unit model (intercept, one pooled slope, group effects): the ranks of
     the true values among the posterior draws are uniform (chi-square over 10 bins per parameter,
     Holm-corrected over the parameters at level 0.01). A sampler that under- or over-disperses,
     or ignores a prior, piles the ranks at the ends or the middle."""
-    ranks, shifted = _sbc_ranks(family, reps=60, seed=11 if family == "binomial" else 12)
+    ranks, shifted = sbc_ranks(family, reps=60, seed=11 if family == "binomial" else 12)
 
-    def holm_min(r):
-        p = np.array([stats.chisquare(np.bincount(r[:, j] // 10, minlength=10)).pvalue for j in range(r.shape[1])])
-        return np.minimum(1, np.maximum.accumulate(np.sort(p) * (len(p) - np.arange(len(p))))).min(), p
-
-    ok, p = holm_min(ranks)
+    ok, p = rank_uniformity(ranks)
     assert ok > 0.01, (family, np.round(p, 4))
-    assert holm_min(shifted)[0] < 0.01  # the check can fail: half an SD of bias is caught
+    assert rank_uniformity(shifted)[0] < 0.01  # the check can fail: half an SD of bias is caught
 
 
 @pytest.mark.slow
