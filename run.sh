@@ -37,8 +37,15 @@ ensure_env() {
     rm -rf "$VENV"
     "$py" -m venv "$VENV"
   fi
+  # install once per version of the dependency files (an editable install picks up code changes)
+  local stamp="$VENV/.discern_stats_installed" want
+  want=$(cat pyproject.toml constraints.txt | "$VENV/bin/python" -c 'import hashlib, sys; print(hashlib.sha256(sys.stdin.buffer.read()).hexdigest())')
+  if [ -f "$stamp" ] && [ "$(cat "$stamp")" = "$want" ] && [ -x "$VENV/bin/discern-stats" ]; then
+    return 0
+  fi
   "$VENV/bin/python" -m pip install -q --upgrade pip >/dev/null
   "$VENV/bin/python" -m pip install -q -c constraints.txt -e '.[dev]'
+  echo "$want" > "$stamp"
 }
 
 cmd="${1:-}"; shift || true

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 import sys
 import warnings
 from pathlib import Path
@@ -15,8 +16,9 @@ from rich.table import Table
 from .db import DEFAULT_DB_URL
 from .errors import DiscernError, InputError
 
-console = Console()
-err_console = Console(stderr=True)
+# a terminal sets the width; a pipe or a log file gets long lines, not rich's 80-column default
+console = Console(width=None if sys.stdout.isatty() else 200)
+err_console = Console(stderr=True, width=None if sys.stderr.isatty() else 200)
 
 
 def _one_line_warning(message, category, filename, lineno, file=None, line=None) -> None:  # noqa: ANN001
@@ -35,8 +37,25 @@ app.add_typer(db_app, name="db")
 app.add_typer(import_app, name="import")
 app.add_typer(export_app, name="export")
 
-DbOpt = typer.Option(DEFAULT_DB_URL, "--db", help="SQLAlchemy URL of the trial database, e.g. "
-                     "sqlite:///trials.db or postgresql://user@host:5432/dbname.")
+DbOpt = typer.Option(None, "--db", show_default=False,
+                     help="SQLAlchemy URL of the trial database, e.g. sqlite:///trials.db or "
+                     "postgresql://user@host:5432/dbname. Default: $DISCERN_DB, else sqlite:///trials.db; commands "
+                     "that only read fall back to the demo's sqlite:///demo_out/trials.db when ./trials.db is absent.")
+DEMO_DB_URL = "sqlite:///demo_out/trials.db"
+
+
+def resolve_db(db: Optional[str], read_only: bool = False) -> str:
+    """The database a command uses: --db, else $DISCERN_DB, else ./trials.db; a read-only command
+    with neither falls back to the demo's database when ./trials.db is absent and the demo's exists."""
+    if db:
+        return db
+    if os.environ.get("DISCERN_DB"):
+        return os.environ["DISCERN_DB"]
+    if read_only and not Path("trials.db").exists() and Path("demo_out/trials.db").exists():
+        err_console.print(f"using the demo database {DEMO_DB_URL} (no ./trials.db; --db chooses another)",
+                          highlight=False)
+        return DEMO_DB_URL
+    return DEFAULT_DB_URL
 
 
 def _fail(exc: Exception) -> None:
@@ -45,10 +64,10 @@ def _fail(exc: Exception) -> None:
     raise typer.Exit(code=2)
 
 
-def _open(db: str, read_only: bool = False):
-    """The database at ``db``; ``read_only`` commands refuse a URL with no database behind it."""
+def _open(db: Optional[str], read_only: bool = False):
+    """The database at ``db`` (`resolve_db`); ``read_only`` commands refuse a URL with no database behind it."""
     from .trialdb import TrialDB
-    return TrialDB(db, must_exist=read_only)
+    return TrialDB(resolve_db(db, read_only), must_exist=read_only)
 
 
 def _design_arg(design: str) -> str:
@@ -57,7 +76,7 @@ def _design_arg(design: str) -> str:
 
 
 @db_app.command("init")
-def db_init(db: str = DbOpt) -> None:
+def db_init(db: Optional[str] = DbOpt) -> None:
     """Create or migrate the schema; idempotent.
 
     Example: `discern-stats db init --db sqlite:///trials.db`
@@ -71,7 +90,7 @@ def db_init(db: str = DbOpt) -> None:
 
 
 @db_app.command("info")
-def db_info(db: str = DbOpt, as_json: bool = typer.Option(False, "--json", help="Print JSON instead of tables.")) -> None:
+def db_info(db: Optional[str] = DbOpt, as_json: bool = typer.Option(False, "--json", help="Print JSON instead of tables.")) -> None:
     """Counts per table, per design and per LLM, with validity rates.
 
     Example: `discern-stats db info --db sqlite:///trials.db`
@@ -103,7 +122,7 @@ def db_info(db: str = DbOpt, as_json: bool = typer.Option(False, "--json", help=
 
 @import_app.command("items")
 def import_items(file: Path = typer.Argument(..., help="CSV/parquet with item_id,question,truth[,tags]"),
-                 db: str = DbOpt) -> None:
+                 db: Optional[str] = DbOpt) -> None:
     """Import a Design A item bank (`item_id,question,truth[,tag columns]`).
 
     Example: `discern-stats import items my_items.csv --db sqlite:///trials.db`
@@ -117,7 +136,7 @@ def import_items(file: Path = typer.Argument(..., help="CSV/parquet with item_id
 
 @import_app.command("sources")
 def import_sources(file: Path = typer.Argument(..., help="CSV/parquet with domain plus pc1 or reliability, optional popularity"),
-                   db: str = DbOpt) -> None:
+                   db: Optional[str] = DbOpt) -> None:
     """Import a source table (`domain` plus `pc1` or `reliability`, optional `popularity`).
 
     Example: `discern-stats import sources lin2023_domain_pc1.csv`
@@ -131,7 +150,7 @@ def import_sources(file: Path = typer.Argument(..., help="CSV/parquet with domai
 
 @import_app.command("trials")
 def import_trials(design: str = typer.Argument(..., help="l2d or cue"),
-                  file: Path = typer.Argument(..., help="interchange CSV/parquet"), db: str = DbOpt) -> None:
+                  file: Path = typer.Argument(..., help="interchange CSV/parquet"), db: Optional[str] = DbOpt) -> None:
     """Import trials logged elsewhere, in the interchange columns of SPEC.
 
     Example: `discern-stats import trials cue cue_trials.parquet`
@@ -145,7 +164,7 @@ def import_trials(design: str = typer.Argument(..., help="l2d or cue"),
 
 @export_app.command("trials")
 def export_trials(design: str = typer.Argument(..., help="l2d or cue"),
-                  out: Path = typer.Option(..., "--out", help="output .csv or .parquet"), db: str = DbOpt) -> None:
+                  out: Path = typer.Option(..., "--out", help="output .csv or .parquet"), db: Optional[str] = DbOpt) -> None:
     """Export finished trials in the interchange columns (`.csv` or `.parquet` by extension).
 
     Example: `discern-stats export trials l2d --out l2d.csv`
@@ -168,7 +187,7 @@ def design_l2d_cmd(seed: int = typer.Option(0, "--seed", help="random seed of th
                                                   "--strategies", help="comma-separated prompt strategies"),
                    demo: Optional[bool] = typer.Option(None, "--demo/--no-demo", help="use the built-in demo bank and fictional sources "
                                                        "(default: only when the database has no items or sources)"),
-                   db: str = DbOpt) -> None:
+                   db: Optional[str] = DbOpt) -> None:
     """Plan Design A (Learn2Discern): a prior per item x strategy, a posterior per source x factor.
 
     Example: `discern-stats design l2d --seed 1 --per-stratum 2 --strategies zero-shot,CoT`
@@ -188,7 +207,7 @@ def design_l2d_cmd(seed: int = typer.Option(0, "--seed", help="random seed of th
 def design_cue_cmd(seed: int = typer.Option(0, "--seed", help="random seed of the world bank"),
                    worlds: Optional[int] = typer.Option(None, "--worlds", help="use only the first N worlds (demo sizes)"),
                    interventions: str = typer.Option("C0", "--interventions", help="comma-separated: C0,C1,C2,C3,C4"),
-                   db: str = DbOpt) -> None:
+                   db: Optional[str] = DbOpt) -> None:
     """Plan Design B: the 500-world cue bank, 48 requests per world (plus 20 per extra intervention).
 
     Example: `discern-stats design cue --seed 0 --interventions C0,C1,C2,C3,C4`
@@ -210,7 +229,7 @@ def collect_cmd(spec: Path = typer.Argument(..., help="YAML run spec in collecti
                 quiet: bool = typer.Option(False, "--quiet", help="no progress bar"),
                 workers: Optional[int] = typer.Option(None, "--workers", help="collector processes on this machine "
                                                       "(overrides the spec's workers; they share its concurrency)"),
-                db: str = DbOpt) -> None:
+                db: Optional[str] = DbOpt) -> None:
     """Run a collection spec; resumable and idempotent (re-running never duplicates a trial).
 
     Example: `discern-stats collect collection/demo_cue.yaml --db sqlite:///trials.db --workers 2`
@@ -231,7 +250,7 @@ def collect_cmd(spec: Path = typer.Argument(..., help="YAML run spec in collecti
         for cause, n in sorted(res.failure_causes.items(), key=lambda kv: -kv[1]):
             err_console.print(f"  {n} trial(s) failed: {cause}", soft_wrap=True, highlight=False, markup=False)
         err_console.print(f"error: {res.failed} trial(s) failed after every retry; fix the cause, then retry them "
-                          f"with: discern-stats collect {spec} --retry-failed --db {db}", soft_wrap=True,
+                          f"with: discern-stats collect {spec} --retry-failed --db {resolve_db(db)}", soft_wrap=True,
                           highlight=False, markup=False)
         raise typer.Exit(code=1)
 
@@ -250,7 +269,7 @@ def metrics_cmd(design: str = typer.Argument(..., help="l2d or cue"),
                 tol: float = typer.Option(0.0, "--tol", help="Design A: relative tolerance of 'equal to the truth'"),
                 contrasts_out: Optional[Path] = typer.Option(None, "--contrasts-out",
                                                              help="Design B: also write the Holm-corrected intervention contrasts here"),
-                db: str = DbOpt) -> None:
+                db: Optional[str] = DbOpt) -> None:
     """The metric tables of SPEC with cluster-bootstrap intervals (CSV/parquet by extension).
 
     Example: `discern-stats metrics cue --out cue_metrics.csv --resamples 5000 --contrasts-out contrasts.csv`
@@ -324,7 +343,7 @@ def fit_cmd(model: str = typer.Argument(..., help="cue, discernment or intervent
                                                   "Gibbs samplers), nutpie, pymc, numpyro or blackjax (NUTS)"),
             seed: int = typer.Option(0, "--seed"),
             refit: bool = typer.Option(False, "--refit", help="fit even when a saved fit matches the data"),
-            db: str = DbOpt) -> None:
+            db: Optional[str] = DbOpt) -> None:
     """Fit a hierarchical Bayesian model and save it to the models folder (netCDF + manifest).
 
     A saved fit whose data hash and spec match is reused, never refitted, unless --refit.
@@ -373,16 +392,19 @@ def report_cmd(models_dir: Path = typer.Option(Path("models"), "--models", help=
                resamples: int = typer.Option(5000, "--resamples", help="bootstrap resamples for the tables"),
                fallback: bool = typer.Option(False, "--fallback", help="use the fallback renderer even if quarto is on PATH"),
                project: Path = typer.Option(Path("."), "--project", help="the Quarto project root (with _quarto.yml)"),
-               db: str = typer.Option("sqlite:///demo_out/trials.db", "--db", help="SQLAlchemy URL of the trial database")) -> None:
+               db: Optional[str] = DbOpt) -> None:
     """Render the reports: `quarto render` when Quarto is on PATH, else the fallback
     (the same .qmd pages executed in a Jupyter kernel, self-contained HTML via pandoc).
 
     Example: `discern-stats report --db sqlite:///demo_out/trials.db --models models`
     """
     from .report.render import render
-    env = {"DISCERN_DB": db, "DISCERN_MODELS": str(models_dir.resolve()), "DISCERN_RESAMPLES": str(resamples)}
     try:
-        _open(db, read_only=True)
+        tdb = _open(db, read_only=True)
+        if tdb.trials("l2d").empty and tdb.trials("cue").empty:
+            raise DiscernError(f"the database {tdb.url} holds no finished trials; collect some first "
+                               f"(`discern-stats collect SPEC.yaml`) or run `discern-stats demo`")
+        env = {"DISCERN_DB": tdb.url, "DISCERN_MODELS": str(models_dir.resolve()), "DISCERN_RESAMPLES": str(resamples)}
         res = render(project, out_dir=out, env=env, force_fallback=fallback)
     except DiscernError as exc:
         _fail(exc)

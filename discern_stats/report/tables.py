@@ -42,7 +42,7 @@ def overview_table(ctx: ReportContext) -> GT:
 
 
 L2D_ORDER = ["SD", "TD", "CD", "rel_propensity", "truth_propensity", "rho_pop"]
-L2D_NAMES = {"SD": "SD ρ(Δ, R)", "TD": "TD ρ(Δ, I)", "CD": "CD", "rel_propensity": "Reliability propensity",
+L2D_NAMES = {"SD": "SD ρ(Δ, R)", "TD": "TD ρ(Δ, I)", "CD": "CD (Correct Defense)", "rel_propensity": "Reliability propensity",
              "truth_propensity": "Truth propensity", "rho_pop": "ρ(Δ, popularity)"}
 
 
