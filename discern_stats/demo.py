@@ -60,11 +60,14 @@ def run_demo(out: Path | str = "demo_out", *, worlds: int = 30, resamples: int =
     db = TrialDB(url)
     a = design_l2d(db.engine, seed=seed, use_demo=True)
     b = design_cue(db.engine, seed=seed, n_worlds=worlds, interventions=list(INTERVENTIONS))
-    console.print(f"Design A: {a['planned']} planned requests; Design B: {b['worlds']} worlds, {b['planned']} requests")
+    console.print(f"Design A: {a['planned']:,} planned requests per respondent (priors and posteriors); Design B: "
+                  f"{b['worlds']} worlds, {b['planned']:,} planned requests per respondent")
     for name in DEMO_SPECS:
         spec = load_spec(_spec_path(name))
         res = collect(db, spec, progress=True)
-        console.print(f"{spec.name}: {res.done} trials ({res.done - res.valid} invalid) at {res.rate:.0f} req/s")
+        console.print(f"{spec.name}: {res.done:,} trials = planned requests x {len(spec.llms)} respondents "
+                      f"({res.done - res.valid:,} invalid answers: unparseable, kept and excluded from the statistics) "
+                      f"at {res.rate:.0f} req/s")
     files = {}
     for design in ("l2d", "cue"):
         df = db.trials(design)
@@ -82,6 +85,7 @@ def run_demo(out: Path | str = "demo_out", *, worlds: int = 30, resamples: int =
                 truth.append({"llm": llm, "intervention": iv, "cue": k, "true_logit_weight": v})
     import pandas as pd
     files["true_weights"] = write_table(pd.DataFrame(truth), out / "true_weights.csv")
+    unconverged = []
     if fit:
         from .bayes import DESIGN_OF, MODELS
         for kind, cls in MODELS.items():
@@ -97,6 +101,8 @@ def run_demo(out: Path | str = "demo_out", *, worlds: int = 30, resamples: int =
                                                 "tune": None if cls.default_sampler == "gibbs" else draws})
             d = m.diagnostics
             flag = "converged" if d["ok"] else "[bold red]NOT CONVERGED[/]: " + "; ".join(d["problems"])
+            if not d["ok"]:
+                unconverged.append(f"{kind} model: " + "; ".join(d["problems"]))
             console.print(f"{kind} model: {time.perf_counter() - t1:.0f} s, max R-hat {d['max_rhat']:.3f}, "
                           f"min ESS {min(d['min_ess_bulk'], d['min_ess_tail']):.0f}, divergences {d['divergences']}: {flag}")
             files[f"model_{kind}"] = Path(models_dir) / f"{m.name}.nc"
@@ -113,6 +119,8 @@ def run_demo(out: Path | str = "demo_out", *, worlds: int = 30, resamples: int =
             console.print(f"report rendered by {res.renderer}")
             files["report"] = res.out_dir / "index.html"
     console.print(f"done in {time.perf_counter() - t0:.0f} s; outputs:")
+    for line in unconverged:  # repeated here so that a failed check is not lost above the progress output
+        console.print(f"[bold red]NOT CONVERGED[/] {line}")
     for k, p in files.items():
         console.print(f"  {k:15s} {p}")
     return files

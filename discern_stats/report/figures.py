@@ -89,6 +89,7 @@ def popularity_vs_reliability(ctx: ReportContext):
     ax.axvline(0, color="grey", lw=0.8, ls="--")
     ax.set_yticks(np.arange(len(llms)), [lab.get(i, i) for i in llms])
     ax.set_xlabel("Spearman ρ with the update Δ (95% CI)")
+    ax.invert_yaxis()  # first LLM on top, as in the right panel
     ax.legend(fontsize=8)
     if model is not None:
         s = model.summary()
@@ -104,7 +105,7 @@ def popularity_vs_reliability(ctx: ReportContext):
         ax2.set_yticks(np.arange(len(groups)), [" / ".join(lab.get(p, p) for p in g.split(" / ")) for g in groups])
         ax2.invert_yaxis()
         ax2.set_xlabel("popularity − reliability slope (logit per SD, 94% HDI)")
-        ax2.legend(fontsize=8)
+        ax2.legend(fontsize=8, loc="lower right")
         ax2.axvline(0, color="grey", lw=0.8, ls="--")
     fig.tight_layout()
     return fig
