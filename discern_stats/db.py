@@ -131,7 +131,11 @@ class Request(SQLModel, table=True):
 class Trial(SQLModel, table=True):
     """One LLM's answer to one request; also the work queue entry of collection."""
 
-    __table_args__ = (sa.Index("ix_trial_state_llm", "state", "llm_id"),)
+    # ix_trial_request_llm: Design A's export joins each posterior to its prior trial on
+    # (request, LLM, repeat); without it SQLite scanned every done trial of the LLM per row
+    # (36 s for the demo's 10,800 posteriors, 0.4 s with it)
+    __table_args__ = (sa.Index("ix_trial_state_llm", "state", "llm_id"),
+                      sa.Index("ix_trial_request_llm", "request_id", "llm_id", "repeat"))
 
     id: Optional[int] = Field(default=None, primary_key=True)
     key: str = Field(unique=True, index=True)
@@ -228,8 +232,12 @@ def make_engine(url: str = DEFAULT_DB_URL) -> Engine:
 
 
 def init_schema(engine: Engine) -> None:
-    """Create missing tables (idempotent) and record the schema version."""
+    """Create missing tables and indexes (idempotent; an index added in a later version is created
+    on an existing database too) and record the schema version."""
     SQLModel.metadata.create_all(engine, tables=[t.__table__ for t in TABLES])
+    for t in TABLES:
+        for idx in t.__table__.indexes:
+            idx.create(engine, checkfirst=True)
     with engine.begin() as conn:
         insert_ignore(conn, Meta, [{"key": "schema_version", "value": str(SCHEMA_VERSION)}], ["key"])
 

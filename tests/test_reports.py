@@ -7,6 +7,7 @@ import re
 import warnings
 from pathlib import Path
 
+import pandas as pd
 import pytest
 from typer.testing import CliRunner
 
@@ -125,3 +126,30 @@ def test_report_command_says_which_renderer(small_demo, tmp_path, monkeypatch):
     assert r.exit_code == 0, r.output
     assert "renderer: fallback (nbclient + pandoc)" in r.output
     assert (tmp_path / "site" / "index.html").exists()
+
+
+def test_metric_tables_are_cached_per_data_hash(tmp_path):
+    """A metric table is computed once per (data hash, settings, statistics code) and read back
+    after; other data get their own entry, never the previous table."""
+    from discern_stats.report.cache import cached_table
+    calls = []
+
+    def compute(df):
+        calls.append(1)
+        return pd.DataFrame({"metric": ["n"], "estimate": [float(len(df))]})
+
+    a = pd.DataFrame({"llm": ["m", "m", "n"], "x": [1.0, 2.0, 3.0]})
+    first = cached_table(tmp_path, "t", a, lambda: compute(a), resamples=10, seed=0)
+    again = cached_table(tmp_path, "t", a.iloc[::-1], lambda: compute(a), resamples=10, seed=0)  # row order: same data
+    assert len(calls) == 1 and again.equals(first)
+    b = a.assign(x=[1.0, 2.0, 4.0])
+    other = cached_table(tmp_path, "t", b, lambda: compute(b.iloc[:2]), resamples=10, seed=0)
+    assert len(calls) == 2 and other.estimate.iloc[0] == 2.0
+    cached_table(tmp_path, "t", a, lambda: compute(a), resamples=20, seed=0)  # other settings: recomputed
+    assert len(calls) == 3 and len(list(tmp_path.glob("t-*.parquet"))) == 3
+    for p in tmp_path.glob("t-*.parquet"):
+        p.write_bytes(b"damaged")
+    assert cached_table(tmp_path, "t", a, lambda: compute(a), resamples=10, seed=0).equals(first)
+    assert len(calls) == 4  # a damaged file is recomputed (and rewritten), never trusted
+    cached_table(tmp_path, "t", a, lambda: compute(a), resamples=10, seed=0)
+    assert len(calls) == 4

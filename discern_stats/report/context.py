@@ -4,6 +4,11 @@ Parameters (environment variables, set by `discern-stats report` / `demo` or by 
 before `quarto render`): ``DISCERN_DB`` (SQLAlchemy URL, default the demo's
 ``sqlite:///demo_out/trials.db``), ``DISCERN_MODELS`` (folder of saved fits, default
 ``models``) and ``DISCERN_RESAMPLES`` (bootstrap resamples for the tables, default 5000).
+
+Metric tables and contrasts are computed once per data hash and reused (`report.cache`), in
+``DISCERN_CACHE`` (default ``<DISCERN_MODELS>/metric_tables``; ``DISCERN_CACHE=off`` disables):
+a re-render of unchanged data skips every bootstrap, and a re-render for another database
+computes its own.
 """
 
 from __future__ import annotations
@@ -25,6 +30,7 @@ class ReportContext:
     models_dir: Path
     resamples: int = 5000
     seed: int = 0
+    cache_dir: Path | None = None
     _cache: dict[str, Any] = field(default_factory=dict, repr=False)
 
     @functools.cached_property
@@ -42,15 +48,24 @@ class ReportContext:
         key = f"metrics:{design}"
         if key not in self._cache:
             from ..stats import metrics
+            from .cache import cached_table
             df = self.trials(design)
-            self._cache[key] = metrics(design, df, n_resamples=self.resamples, seed=self.seed) if len(df) else pd.DataFrame()
+            self._cache[key] = cached_table(
+                self.cache_dir, f"metrics_{design}", df,
+                lambda: metrics(design, df, n_resamples=self.resamples, seed=self.seed),
+                resamples=self.resamples, seed=self.seed) if len(df) else pd.DataFrame()
         return self._cache[key]
 
     def contrasts(self) -> pd.DataFrame:
         if "contrasts" not in self._cache:
             from ..stats import holm_contrasts
+            from .cache import cached_table
+            df = self.trials("cue")
             try:
-                self._cache["contrasts"] = holm_contrasts(self.trials("cue"), n_resamples=self.resamples, seed=self.seed)
+                self._cache["contrasts"] = cached_table(
+                    self.cache_dir, "contrasts", df,
+                    lambda: holm_contrasts(df, n_resamples=self.resamples, seed=self.seed),
+                    resamples=self.resamples, seed=self.seed)
             except Exception:  # noqa: BLE001 - no intervention arms collected
                 self._cache["contrasts"] = pd.DataFrame()
         return self._cache["contrasts"]
@@ -78,7 +93,10 @@ class ReportContext:
         return self.db.table(LLM)
 
 
-def context(db_url: str | None = None, models_dir: str | Path | None = None, resamples: int | None = None) -> ReportContext:
-    return ReportContext(db_url or os.environ.get("DISCERN_DB", DEFAULT_REPORT_DB),
-                         Path(models_dir or os.environ.get("DISCERN_MODELS", "models")),
-                         int(resamples if resamples is not None else os.environ.get("DISCERN_RESAMPLES", 5000)))
+def context(db_url: str | None = None, models_dir: str | Path | None = None, resamples: int | None = None,
+            cache_dir: str | Path | None = None) -> ReportContext:
+    models = Path(models_dir or os.environ.get("DISCERN_MODELS", "models"))
+    cache = cache_dir or os.environ.get("DISCERN_CACHE") or models / "metric_tables"
+    return ReportContext(db_url or os.environ.get("DISCERN_DB", DEFAULT_REPORT_DB), models,
+                         int(resamples if resamples is not None else os.environ.get("DISCERN_RESAMPLES", 5000)),
+                         cache_dir=None if str(cache) == "off" else Path(cache))
