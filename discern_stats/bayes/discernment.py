@@ -137,6 +137,13 @@ class DiscernmentModel(BayesModel):
 
     # -- the model, specified once per part
     def specs(self) -> dict[str, HierarchicalGLM]:
+        """One `HierarchicalGLM` per part with rows (built once: data and config are fixed after
+        construction, and the gate, the PyMC build and the sampler all read them)."""
+        if getattr(self, "_specs", None) is None:
+            self._specs = self._build_specs()
+        return self._specs
+
+    def _build_specs(self) -> dict[str, HierarchicalGLM]:
         c, d = self.config, self.data
         preds = list(c["predictors"])
         resp = d.response.to_numpy()

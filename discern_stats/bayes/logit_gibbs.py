@@ -240,7 +240,6 @@ class _Cells:
         self.pl = np.ascontiguousarray(pairs[:, 0].astype(np.int64))  # the LLM of each pair
         self.U = np.ascontiguousarray(pairs[:, 1:])  # its design row
         self.lr = np.ascontiguousarray(r.ravel().astype(np.int64))
-        self.n_llm = d.n_llm
         self.diag = np.arange(A.shape[1])
 
 
