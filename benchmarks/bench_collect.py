@@ -43,7 +43,7 @@ def main() -> None:
                     help="HTTP layer of the openai: LLM (spec key http_client)")
     ap.add_argument("--timeline", action="store_true", help="print the attempts started in each second of the run")
     a = ap.parse_args()
-    srv = subprocess.Popen([sys.executable, "-c", f"from discern_stats.testing import serve_forever; "
+    srv = subprocess.Popen([sys.executable, "-c", f"from discern_stats.simulate.server import serve_forever; "
                             f"serve_forever('credulous', port={a.port}, latency_ms={a.latency_ms})"],
                            stdout=subprocess.PIPE, text=True)
     srv.stdout.readline()

@@ -35,7 +35,7 @@ CUES5 = ["history", "Q", "I", "order", "time"]
 
 
 def simulate(n_llm: int = 13, n_world: int = 300, seed: int = 0) -> tuple[pd.DataFrame, np.ndarray]:
-    from discern_stats.coding import CUES
+    from discern_stats.core.coding import CUES
     rng = np.random.default_rng(seed)
     w = rng.normal(0.8, 1.0, size=(n_llm, 5))
     u = rng.normal(0, 0.5, size=(n_llm, n_world))

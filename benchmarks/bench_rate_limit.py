@@ -34,7 +34,7 @@ def main() -> None:
     ap.add_argument("--retry-after", type=float, default=None, help="seconds in the 429's Retry-After header")
     ap.add_argument("--port", type=int, default=8766)
     a = ap.parse_args()
-    srv = subprocess.Popen([sys.executable, "-c", f"from discern_stats.testing import serve_forever; "
+    srv = subprocess.Popen([sys.executable, "-c", f"from discern_stats.simulate.server import serve_forever; "
                             f"serve_forever('credulous', port={a.port}, latency_ms={a.latency_ms}, "
                             f"rate_limit_rps={a.rps}, retry_after_s={a.retry_after})"],
                            stdout=subprocess.PIPE, text=True)

@@ -126,6 +126,8 @@ class Request(SQLModel, table=True):
     answer_format: str = "letter"  # 'letter' | 'integer' | 'number'
     messages_json: str = "[]"
     seed: Optional[int] = None
+    # Design B: the request's evidence graph as data (designs.cue_bank.EvidenceGraph.facts)
+    facts_json: Optional[str] = None
 
 
 class Trial(SQLModel, table=True):
@@ -235,11 +237,26 @@ def init_schema(engine: Engine) -> None:
     """Create missing tables and indexes (idempotent; an index added in a later version is created
     on an existing database too) and record the schema version."""
     SQLModel.metadata.create_all(engine, tables=[t.__table__ for t in TABLES])
+    _add_missing_columns(engine)
     for t in TABLES:
         for idx in t.__table__.indexes:
             idx.create(engine, checkfirst=True)
     with engine.begin() as conn:
         insert_ignore(conn, Meta, [{"key": "schema_version", "value": str(SCHEMA_VERSION)}], ["key"])
+
+
+def _add_missing_columns(engine: Engine) -> None:
+    """Add nullable columns that a later version introduced (e.g. ``request.facts_json``) to an
+    existing database; existing rows keep NULL there."""
+    inspector = sa.inspect(engine)
+    for t in TABLES:
+        table = t.__table__
+        have = {c["name"] for c in inspector.get_columns(table.name)}
+        for col in table.columns:
+            if col.name not in have and col.nullable:
+                ddl = col.type.compile(dialect=engine.dialect)
+                with engine.begin() as conn:
+                    conn.execute(sa.text(f'ALTER TABLE "{table.name}" ADD COLUMN "{col.name}" {ddl}'))
 
 
 def insert_ignore(conn: sa.Connection, model: type[SQLModel], rows: list[dict[str, Any]],

@@ -11,7 +11,7 @@ from rich.console import Console
 
 from .collect.runner import collect
 from .collect.spec import load_spec
-from .collect.synthetic import SIMULATOR_NOTE, get_profile, true_cue_weights
+from .simulate.respondent import SIMULATOR_NOTE, get_profile, true_cue_weights
 from .designs import INTERVENTIONS, design_cue, design_l2d
 from .interchange import write_table
 from .stats import holm_contrasts, metrics

@@ -20,6 +20,7 @@ from sqlalchemy.engine import Engine
 
 from .db import LLM, Item, Request, Source, Trial, World, dumps, insert_ignore
 from .core.keys import cue_request_key, l2d_posterior_key, l2d_prior_key, trial_key
+from .core.vocab import TRACKS
 from .errors import InputError
 
 DESIGNS = ("l2d", "cue")
@@ -30,7 +31,7 @@ L2D_OPTIONAL = ["rated_reliability"]
 CUE_COLUMNS = ["llm", "intervention", "world_id", "stratum", "track", "probe", "condition",
                "answer", "valid"]
 CUE_OPTIONAL = ["choice", "correct"]
-CUE_TRACKS = ("representation", "factorial", "swap", "competition", "verified")
+CUE_TRACKS = TRACKS
 ITEM_COLUMNS = ["item_id", "question", "truth"]
 
 INTERCHANGE = {"l2d": (L2D_COLUMNS, L2D_OPTIONAL), "cue": (CUE_COLUMNS, CUE_OPTIONAL)}

@@ -13,7 +13,7 @@ from discern_stats.bayes import ConvergenceWarning, CueWeightModel, DiscernmentM
 from discern_stats.bayes.base import hdi_columns
 from discern_stats.collect.runner import collect
 from discern_stats.collect.spec import spec_from_dict
-from discern_stats.collect.synthetic import get_profile, true_cue_weights
+from discern_stats.simulate.respondent import get_profile, true_cue_weights
 from discern_stats.designs import design_cue, design_l2d
 from discern_stats.errors import StaleFitError
 

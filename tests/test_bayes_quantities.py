@@ -10,7 +10,7 @@ import pandas as pd
 import pytest
 
 from discern_stats.bayes import CueWeightModel
-from discern_stats.coding import STRUCTURE_STEPS, cue_codes
+from discern_stats.core.coding import STRUCTURE_STEPS, cue_codes
 
 
 def _logistic(x):

@@ -21,7 +21,7 @@ from discern_stats.collect.spec import load_spec, spec_from_dict
 from discern_stats.db import Attempt, Trial
 from discern_stats.designs import design_cue, design_l2d
 from discern_stats.errors import SpecError
-from discern_stats.testing import FakeOpenAIServer
+from discern_stats.simulate.server import FakeOpenAIServer
 
 
 def _spec(**kw):

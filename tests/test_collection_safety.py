@@ -27,7 +27,7 @@ from discern_stats.collect.spec import spec_from_dict
 from discern_stats.db import Run, Trial
 from discern_stats.designs import design_cue
 from discern_stats.errors import SpecError
-from discern_stats.testing import FakeOpenAIServer
+from discern_stats.simulate.server import FakeOpenAIServer
 
 runner = CliRunner()
 

@@ -14,7 +14,7 @@ from typer.testing import CliRunner
 import discern_stats as ds
 from discern_stats.cli import app
 from discern_stats.db import Request
-from discern_stats.designs import cue, l2d
+from discern_stats.designs import cue, cue_bank, cue_fidelity, cue_render, l2d
 from discern_stats.designs.tokens import count_tokens
 
 runner = CliRunner()
@@ -75,35 +75,116 @@ def test_same_seed_identical_other_seed_different(bank):
     assert [(w.relation, w.entity_code, w.value_a) for w in other] != [(w.relation, w.entity_code, w.value_a) for w in worlds]
 
 
-def _ctx_line(user: str, pat: str) -> list[str]:
-    return re.findall(pat, user)
+def _graphs(w):
+    """Every distinct evidence graph of a world's requests."""
+    from discern_stats.core import vocab
+    yield from (cue_bank.factorial_graph(w, *f) for f in vocab.FACTORIAL)
+    yield from (cue_bank.history_graph(w, h) for h in vocab.HISTORY_CONFIGS)
+    for o, t in vocab.COMPETITION_ORDER:
+        yield cue_bank.conflict_graph(w, 7, 7, time_b=f"{t}:00", time_a="08:00" if t == "12" else "12:00",
+                                      b_first=(o == "B"))
+    yield from (cue_bank.conflict_graph(w, 7, 7, structure=s) for s in vocab.STRUCTURE_STEPS)
+    yield from (cue_bank.verified_graph(w, v) for v in vocab.VERIFIED_STATES)
 
 
-def test_swap_conditions_state_their_histories(bank):
-    worlds, reqs = bank
-    for w in worlds[:60]:
-        rs = {r.condition: r for r in reqs if r.world_id == w.world_id and r.track == "swap"}
-        for cond, (ha, hb) in (("HL", (7, 4)), ("LH", (4, 7))):
-            r = rs[cond]
-            hist = {o: int(k) for o, k in re.findall(r"(O\d)(?:'s track record: |: in 8 fully verified earlier cases, )(\d)", r.user)}
-            # which observer's record carries value A / B
-            rec_obs = dict(re.findall(r"Record (e\d) is .*? made by (O\d)", r.user))
-            for m in re.finditer(r"cites record (e\d)[.,].*? (?:was) ([^\n]+?)\.$", r.user, re.M):
-                val = m.group(2)
-                state = "A" if val == w.value_a else "B"
-                assert hist[rec_obs[m.group(1)]] == (ha if state == "A" else hb)
+def test_every_rendering_carries_its_graph(bank):
+    """Fidelity: the facts a probe depends on are read back from the text of every world in its own
+    format, and of 40 worlds in each of the ten formats and the Naturalized prose."""
+    worlds, _ = bank
+    fmts = list(cue_render.RENDERERS) + [cue_render.NATURALIZED]
+    n = 0
+    for i, w in enumerate(worlds):
+        for g in _graphs(w):
+            for fmt in ([None] + fmts if i % 12 == 0 else [None]):
+                problems = cue_fidelity.check_rendering(g, cue_render.render_graph(g, fmt))
+                assert not problems, (w.world_id, fmt, problems)
+                n += 1
+    assert n == 500 * 22 + 42 * 22 * 11
 
 
-def test_factorial_conditions_state_their_facts(bank):
-    worlds, reqs = bank
-    w = worlds[3]
-    for r in (r for r in reqs if r.world_id == w.world_id and r.track == "factorial"):
-        R, Q, I = re.match(r"R(HH|LL)-Q(clear|limited)-I(separate|shared)", r.condition).groups()
-        k = "7" if R == "HH" else "4"
-        assert r.user.count(f", {k} of O") + r.user.count(f"{k} out of 8") == 2
-        assert ("Part of the target identifier is unavailable" in r.user) == (Q == "limited")
-        cited = re.findall(r"cites record (e\d)", r.user)
-        assert len(cited) == 2 and (len(set(cited)) == 2) == (I == "separate")
+def test_fidelity_checker_catches_dropped_and_garbled_cues(bank):
+    worlds, _ = bank
+    w = worlds[7]
+    g = cue_bank.factorial_graph(w, "HH", "limited", "separate")
+    for fmt in list(cue_render.RENDERERS) + [cue_render.NATURALIZED]:
+        text = cue_render.render_graph(g, fmt)
+        assert cue_fidelity.check_rendering(g, text) == []
+        lines = text.splitlines()
+        msg = next(i for i, ln in enumerate(lines) if "message 2" in ln.lower())
+        garbles = {
+            "dropped message": "\n".join(lines[:msg] + lines[msg + 1:]),
+            "wrong history": text.replace("7 of 8 reports by O2", "4 of 8 reports by O2"),
+            "wrong record": text.replace("cites record e2", "cites record e1"),
+            "wrong value": lines[msg].join([text.split(lines[msg])[0], text.split(lines[msg])[1]]).replace(
+                f"was {w.value_b}", f"was {w.value_a}"),
+            "quality lost": text.replace(cue_render.partial_code(w.entity_code), w.entity_code),
+            "verification leaked": text + f"\nTrusted target-time verification (14:00): the {w.attr} of {w.entity} "
+                                          f"was {w.value_b}.",
+            "order swapped": "\n".join(lines[:msg - 1] + [lines[msg], lines[msg - 1]] + lines[msg + 1:])
+            if "message 1" in lines[msg - 1].lower() else None,
+        }
+        for what, bad in garbles.items():
+            if bad is not None:
+                assert cue_fidelity.check_rendering(g, bad), (fmt, what)
+
+
+def test_no_known_bad_grammar_in_any_request(bank):
+    _, reqs = bank
+    problems = [(r.world_id, r.condition, p) for r in reqs for p in cue_fidelity.grammar_problems(r.user)]
+    assert problems == [], problems[:5]
+    more = [r for w in bank[0][::25] for r in cue.world_requests(w, list(cue.INTERVENTIONS)[1:])]
+    assert not [p for r in more for p in cue_fidelity.grammar_problems(r.user)]
+    # the scanner finds the patterns the first bank had
+    for bad in ["Message 1 (from relay R1 via a second faithful relay, a faithful relay) cites record e1.",
+                "Message 2 (from O1 (relaying the record directly), a faithful relay) cites record e2.",
+                "the the record", "it has not been adopted..", "a interim record", "{entity} was moved"]:
+        assert cue_fidelity.grammar_problems(bad), bad
+
+
+def test_structural_axes_change_the_graph(bank):
+    worlds, _ = bank
+    seen = collections.Counter()
+    for w in (w for w in worlds if w.stratum == "structural"):
+        seen[w.axis_variant] += 1
+        fs = cue_bank.factorial_graph(w, "HH", "clear", "separate")
+        sh = cue_bank.factorial_graph(w, "HH", "clear", "shared")
+        single = cue_bank.conflict_graph(w, 7, 7)
+        v = w.axis_variant
+        if v in ("3-sources", "4-sources"):
+            n = int(v[0])
+            for g in (fs, single):
+                assert len(g.sources) == n and len({r.observer for r in g.records}) == n
+                extra = [s for s in g.sources if s.name not in ("O1", "O2")]
+                assert all(s.history is not None for s in extra)
+                assert all(any(m.record == r.id for m in g.messages) for r in g.records if r.observer in
+                           {s.name for s in extra})
+        if v in ("3-messages", "4-messages"):
+            n = int(v[0])
+            assert len(fs.messages) == len(sh.messages) == n and len(single.messages) == n
+            assert len({m.record for m in sh.messages}) == 1 and len({m.record for m in fs.messages}) == 2
+        if v == "shared-archive":
+            assert {m.path[-2] for m in fs.messages} == {"archive desk D"}
+        if v == "separate-archives":
+            assert len({m.path[-2] for m in fs.messages}) == 2 and all("archive" in m.path[-2] for m in fs.messages)
+        if v in ("2-relays", "3-relays"):
+            assert {len(m.path) for m in fs.messages} == {int(v[0])}
+        if v in ("self-relay", "cross-relay"):
+            for m in fs.messages + single.messages:
+                own = fs.record(m.record).observer if m in fs.messages else single.record(m.record).observer
+                assert (m.path[0] == own) == (v == "self-relay")
+        if v is None:
+            raise AssertionError(w)
+    assert seen == {v: 12 for vs in cue.STRUCTURAL_AXES.values() for v in vs}
+    for w in (w for w in worlds if w.stratum != "structural"):
+        g = cue_bank.factorial_graph(w, "LL", "clear", "separate")
+        assert len(g.sources) == 2 and len(g.messages) == 2 and all(m.path == (m.relay,) for m in g.messages)
+
+
+def test_longest_request_fits_a_small_context(bank):
+    _, reqs = bank
+    w = bank[0][0]
+    longest = max(count_tokens(r.system) + count_tokens(r.user) for r in reqs + cue.world_requests(w, list(cue.INTERVENTIONS)))
+    assert longest < 2048, longest  # README states the figure
 
 
 def test_option_letters_are_counterbalanced_and_gold_maps_to_state(bank):
@@ -118,7 +199,7 @@ def test_option_letters_are_counterbalanced_and_gold_maps_to_state(bank):
 def test_no_gold_leak_outside_verified(bank):
     worlds, reqs = bank
     for r in reqs:
-        has_verification = "Trusted target-time verification (14:00)" in r.user
+        has_verification = "target-time verification (14:00)" in r.user.lower()
         assert has_verification == (r.track == "verified"), (r.track, r.condition)
         if r.track in ("factorial", "swap", "competition"):
             assert r.gold is None
@@ -126,7 +207,8 @@ def test_no_gold_leak_outside_verified(bank):
     for r in (r for r in reqs if r.world_id == w.world_id and r.track == "verified"):
         state = r.condition.split("=")[1]
         assert r.options[r.gold] == state
-        assert f"was {w.value_a if state == 'A' else w.value_b}." in r.user.split("Trusted target-time verification")[1]
+        line = next(ln for ln in r.user.splitlines() if "target-time verification (14:00)" in ln.lower())
+        assert line.endswith(f"was {w.value_a if state == 'A' else w.value_b}.")
 
 
 def test_interventions_flat_and_ledger_from_one_fact_set_and_sham_length():
@@ -138,14 +220,15 @@ def test_interventions_flat_and_ledger_from_one_fact_set_and_sham_length():
         if r.track != "representation":
             by[(r.track, r.condition)][r.intervention] = r.user
     for key, d in by.items():
-        base = d["C0"]
-        for iv in ("C1", "C2", "C3", "C4"):
-            assert d[iv].startswith(base.split("\n\nAt 14:00")[0])
-        ledger = d["C3"].split("\n\n")[1]
-        sham = d["C1"].split("\n\n")[1]
+        context = d["C0"].rsplit("\n\nAt 14:00", 1)[0]
+
+        def block(iv):  # what the intervention appends to the context
+            assert d[iv].startswith(context + "\n\n")
+            return d[iv][len(context) + 2:].rsplit("\n\nAt 14:00", 1)[0]
+        ledger, sham = block("C3"), block("C1")
         assert abs(count_tokens(sham) - count_tokens(ledger)) <= 0.10 * count_tokens(ledger), key
-        assert d["C4"].split("\n\n")[1].startswith(ledger) and "Weighting rule" in d["C4"]
-        flat = d["C2"].split("\n\n")[1]
+        assert block("C4").startswith(ledger) and "Weighting rule" in block("C4")
+        flat = block("C2")
         # every history and record of the ledger is restated in the prose
         for src, hist, recs in re.findall(r"^(O\d) \| (\d)/8 \| ([^|]+?) ", ledger, re.M):
             assert f"{src} has a history in which {hist} of 8" in flat
@@ -207,16 +290,14 @@ def test_demo_runs_end_to_end(tmp_path):
 
 
 def test_simulator_reads_the_same_cues_as_the_condition_labels(bank):
-    from discern_stats.coding import cue_codes
-    from discern_stats.collect.synthetic import cue_codes_from_text, read_cue_prompt
+    from discern_stats.core.coding import cue_codes
+    from discern_stats.simulate.respondent import cue_codes_from_facts
     worlds, _ = bank
     n = 0
-    for w in worlds[::10]:
-        for r in cue.world_requests(w, ["C0", "C1", "C4"]):
+    for w in worlds[::5]:
+        for r in cue.world_requests(w, ["C0", "C4"]):
             if r.probe != "P4":
                 continue
-            facts = read_cue_prompt(r.user)
-            assert cue_codes_from_text(facts) == cue_codes(r.track, r.condition), (r.world_id, r.condition)
-            assert facts["intervention"] == r.intervention
+            assert cue_codes_from_facts(r.facts) == cue_codes(r.track, r.condition), (r.world_id, r.condition)
             n += 1
-    assert n == 50 * 3 * 20
+    assert n == 100 * 2 * 20

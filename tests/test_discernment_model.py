@@ -15,7 +15,7 @@ from scipy import stats
 
 from discern_stats.bayes import DiscernmentModel
 from discern_stats.bayes.base import hdi_columns
-from discern_stats.designs.l2d import classify_response
+from discern_stats.core.coding import classify_response
 from discern_stats.errors import InputError
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "benchmarks"))

@@ -273,7 +273,7 @@ def test_holm_matches_statsmodels_and_refuses_incomplete_family():
 def test_cluster_robust_glm_recovers_profile_weights(tmp_path):
     from discern_stats.collect.runner import collect
     from discern_stats.collect.spec import spec_from_dict
-    from discern_stats.collect.synthetic import get_profile, true_cue_weights
+    from discern_stats.simulate.respondent import get_profile, true_cue_weights
     from discern_stats.designs import design_cue
     from discern_stats.stats.crosscheck import cue_glm
     import statsmodels.api as sm

@@ -45,19 +45,14 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from ..coding import CUES, block_of, cue_codes
+from ..core.coding import block_of, cue_codes
+from ..core.vocab import BLOCK_CUES, CONTRAST_SCOPES, CUES, INTERVENTION_CONTRASTS, SUCCESSIVE_CUES, WEIGHT_TRACKS
 from ..errors import InputError
 from .base import HDI_PROB, BayesModel, gibbs_progress, hdi_columns
 from .logit_gibbs import LogitDesign
 from .spec import Block, HierarchicalGLM
 
-CHOICE_TRACKS = ("factorial", "swap", "competition")
-SUCCESSIVE_CUES = ["repetition", "speaker", "lineage"]  # coded from their step on (coding.STRUCTURE_STEPS)
-BLOCK_CUES = {"factorial": ["R", "Q", "I"], "swap": ["history"], "order-time": ["order", "time"],
-              "structure": ["repetition", "speaker", "lineage"], "verified": ["verified"]}
-
-
-def choice_table(df: pd.DataFrame, tracks: tuple[str, ...] = CHOICE_TRACKS) -> pd.DataFrame:
+def choice_table(df: pd.DataFrame, tracks: tuple[str, ...] = WEIGHT_TRACKS) -> pd.DataFrame:
     """Valid P4 choices with their block and cue codes (from the condition labels)."""
     d = df[(df["probe"] == "P4") & df["track"].isin(tracks) & df["valid"].astype(bool) & df["choice"].notna()]
     codes = pd.DataFrame([cue_codes(t, c) for t, c in zip(d["track"], d["condition"])], index=d.index)
@@ -75,7 +70,7 @@ class CueWeightModel(BayesModel):
     """Hierarchical cue weights per LLM (and per intervention when ``interactions``)."""
 
     name = "cue_weights"
-    default_config: dict[str, Any] = {"tracks": list(CHOICE_TRACKS), "interactions": "auto", "base": "C0",
+    default_config: dict[str, Any] = {"tracks": list(WEIGHT_TRACKS), "interactions": "auto", "base": "C0",
                                       "mu_sd": 2.5, "tau_sd": 1.0, "alpha_sd": 1.5, "sigma_u_sd": 1.0,
                                       "world_effects": True, "centered_weights": True, "tau_shape": 5.0,
                                       "delta_sd": 1.5}
@@ -311,8 +306,8 @@ def prior_sensitivity(df: pd.DataFrame, priors: tuple[tuple[float, float], ...] 
     return pd.concat(rows, ignore_index=True)
 
 
-CONTRASTS = [("C2", "C0"), ("C3", "C2"), ("C3", "C1"), ("C4", "C3")]
-SCOPES = {"core": ["core"], "all": ["core", "structural", "naturalized"]}
+CONTRASTS = INTERVENTION_CONTRASTS
+SCOPES = CONTRAST_SCOPES
 
 
 class InterventionContrastModel(CueWeightModel):

@@ -1,7 +1,7 @@
 """Discernment model for Design A (SPEC "Hierarchical Bayesian" 2; seed 000's update analysis).
 
 Rows: valid posteriors P2 whose claim C differs from the prior P1. Each row's response is one of
-`designs.l2d.RESPONSES` (f = (P2 - P1) / (C - P1)): none (P2 = P1), partial (0 < f < 1), full
+`core.vocab.RESPONSES` (f = (P2 - P1) / (C - P1)): none (P2 = P1), partial (0 < f < 1), full
 adoption (P2 = C), away (f < 0 or f > 1: away from the claim or past it). The categorical
 response is written as a sequence of binary choices (a continuation-ratio / hurdle form, exact for
 a four-way categorical), and the size of a partial move as a logit-normal:
@@ -41,7 +41,8 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from ..designs.l2d import RESPONSES, classify_response
+from ..core.vocab import RESPONSES
+from ..core.coding import classify_response
 from ..errors import InputError
 from .base import HDI_PROB, BayesModel, gibbs_progress, hdi_columns
 from .spec import Block, HierarchicalGLM

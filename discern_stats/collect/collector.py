@@ -24,7 +24,7 @@ from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn, TimeRemainingColumn
 from tenacity import AsyncRetrying, retry_if_exception, stop_after_attempt, wait_exponential_jitter
 
-from ..db import Attempt, Item, Run, Source, Trial, dumps, insert_ignore_many, upsert_many, utcnow
+from ..db import Attempt, Item, Request, Run, Source, Trial, dumps, insert_ignore_many, upsert_many, utcnow
 from ..trialdb import TrialDB
 from .parsing import failure_status, parse
 from .providers import build_chat_model, close_chat_model, endpoint, error_type, http_status, is_retryable
@@ -143,12 +143,27 @@ class Collector:
         with self.db.engine.begin() as conn:
             insert_ignore_many(conn, Attempt, [a], ["trial_id", "n"])
 
-    def _knowledge(self) -> tuple[dict[str, float], dict[str, tuple[float, float]]]:
+    def _simulator_knowledge(self) -> dict[str, Any]:
+        """What a synthetic respondent knows of the plan: Design A's item truths and source table;
+        Design B's structured facts per request text (SIMULATOR only; a real LLM gets none)."""
+        if not any(m.kind == "synthetic" for m in self.spec.llms):
+            return {}
         with self.db.engine.connect() as conn:
-            items = {r.question: float(r.truth) for r in conn.execute(sa.select(Item.question, Item.truth)) if r.question}
-            srcs = {r.domain: (float(r.reliability), float(r.popularity if r.popularity is not None else 0.5))
-                    for r in conn.execute(sa.select(Source.domain, Source.reliability, Source.popularity))}
-        return items, srcs
+            if self.spec.design == "l2d":
+                items = {r.question: float(r.truth) for r in conn.execute(sa.select(Item.question, Item.truth))
+                         if r.question}
+                srcs = {r.domain: (float(r.reliability), float(r.popularity if r.popularity is not None else 0.5))
+                        for r in conn.execute(sa.select(Source.domain, Source.reliability, Source.popularity))}
+                return {"knowledge": items, "source_knowledge": srcs}
+            from ..simulate.respondent import text_key
+            q = sa.select(Request.messages_json, Request.facts_json, Request.probe, Request.intervention,
+                          Request.options_json).where(Request.design == "cue", Request.facts_json.is_not(None))
+            facts = {}
+            for r in conn.execute(q):
+                user = json.loads(r.messages_json)[-1]["content"]
+                facts[text_key(user)] = (f'{{"facts": {r.facts_json}, "probe": {json.dumps(r.probe)}, '
+                                         f'"intervention": {json.dumps(r.intervention)}, "options": {r.options_json}}}')
+            return {"cue_facts": facts}
 
     async def run(self) -> CollectResult:
         spec = self.spec
@@ -165,9 +180,8 @@ class Collector:
         todo = open_trials(self.db, spec, llm_ids)
         if self.budget is not None:
             todo = min(todo, self.budget)
-        knowledge, src_knowledge = self._knowledge() if spec.design == "l2d" else ({}, {})
-        models = {m.name: build_chat_model(m, spec, knowledge=knowledge, source_knowledge=src_knowledge)
-                  for m in spec.llms}
+        known = self._simulator_knowledge()
+        models = {m.name: build_chat_model(m, spec, simulator_knowledge=known) for m in spec.llms}
         t0 = time.perf_counter()
         progress = Progress(TextColumn("[bold]{task.description}"), BarColumn(), MofNCompleteColumn(),
                             TextColumn("{task.fields[rate]:.1f} req/s"), TextColumn("retries {task.fields[retries]}"),

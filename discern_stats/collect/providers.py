@@ -23,10 +23,11 @@ def api_key(spec: LLMSpec) -> str | None:
     return None
 
 
-def build_chat_model(spec: LLMSpec, run: RunSpec, *, knowledge: dict[str, float] | None = None,
-                     source_knowledge: dict[str, tuple[float, float]] | None = None) -> BaseChatModel:
+def build_chat_model(spec: LLMSpec, run: RunSpec, *, simulator_knowledge: dict[str, Any] | None = None) -> BaseChatModel:
     """The LangChain chat model of one LLM subject. Retries are ours (tenacity), so the
-    provider clients get ``max_retries=0``; the optional rate limiter is LangChain's."""
+    provider clients get ``max_retries=0``; the optional rate limiter is LangChain's.
+    ``simulator_knowledge`` (synthetic respondents only): the plan's item truths, source table
+    and Design B facts (`SyntheticChatModel` fields ``knowledge``, ``source_knowledge``, ``cue_facts``)."""
     limiter = None
     if run.requests_per_second:
         from langchain_core.rate_limiters import InMemoryRateLimiter
@@ -36,13 +37,10 @@ def build_chat_model(spec: LLMSpec, run: RunSpec, *, knowledge: dict[str, float]
     if limiter is not None:
         common["rate_limiter"] = limiter
     if spec.kind == "synthetic":
-        from .synthetic import SyntheticChatModel, get_profile
+        from ..simulate.respondent import SyntheticChatModel, get_profile
         kw: dict[str, Any] = {"profile_name": spec.model, "respondent_profile": get_profile(spec.model, spec.profile_file),
                               "seed": spec.seed or 0}
-        if knowledge:
-            kw["knowledge"] = knowledge
-        if source_knowledge:
-            kw["source_knowledge"] = source_knowledge
+        kw.update({k: v for k, v in (simulator_knowledge or {}).items() if v})
         kw.update(spec.extra)
         return SyntheticChatModel(**kw, **common)
     sampling = {k: v for k, v in {"temperature": spec.temperature, "top_p": spec.top_p}.items() if v is not None}

@@ -122,8 +122,7 @@ class RunSpec(BaseModel):
 
     @model_validator(mode="after")
     def _check(self) -> "RunSpec":
-        from ..designs.cue import INTERVENTIONS
-        from ..designs.l2d import STRATEGIES
+        from ..core.vocab import INTERVENTIONS, STRATEGIES
         if self.design == "cue" and self.strategies:
             raise ValueError("'strategies' belongs to design l2d; use 'interventions' for design cue")
         if self.design == "l2d" and self.interventions:

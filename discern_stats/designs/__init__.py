@@ -12,8 +12,8 @@ from ..db import Item, Request, Source, World, dumps, insert_ignore
 from ..errors import InputError
 from ..core.keys import cue_request_key
 from . import cue, l2d
-from .cue import INTERVENTIONS, build_worlds, world_requests
-from .l2d import FACTORS, STRATEGIES
+from ..core.vocab import FACTORS, INTERVENTIONS, STRATEGIES
+from .cue import build_worlds, check_world_seed, world_requests
 
 
 def design_l2d(engine: Engine, *, seed: int = 0, per_stratum: int = 1, strategies: tuple[str, ...] = STRATEGIES,
@@ -61,7 +61,7 @@ def design_cue(engine: Engine, *, seed: int = 0, n_worlds: int | None = None,
     bad = [i for i in interventions if i not in INTERVENTIONS]
     if bad:
         raise InputError(f"unknown intervention {bad[0]!r}; expected some of {', '.join(INTERVENTIONS)}")
-    worlds = build_worlds(seed, n_worlds)
+    worlds = build_worlds(check_world_seed(seed), n_worlds)
     rows = []
     for w in worlds:
         for r in world_requests(w, interventions):
@@ -69,7 +69,7 @@ def design_cue(engine: Engine, *, seed: int = 0, n_worlds: int | None = None,
                          "design": "cue", "world_id": r.world_id, "intervention": r.intervention,
                          "stratum": r.stratum, "track": r.track, "probe": r.probe, "condition": r.condition,
                          "gold": r.gold, "options_json": dumps(r.options), "answer_format": r.answer_format,
-                         "messages_json": dumps(r.messages()), "seed": seed})
+                         "messages_json": dumps(r.messages()), "facts_json": dumps(r.facts), "seed": seed})
     with engine.begin() as conn:
         insert_ignore(conn, World, [w.to_row() for w in worlds], ["world_id"])
         n = insert_ignore(conn, Request, rows, ["key"])

@@ -16,15 +16,10 @@ from typing import Any
 
 import pandas as pd
 
+from ..core.vocab import FACTORS, STRATEGIES
 from ..errors import InputError
 from ..core.keys import l2d_posterior_key, l2d_prior_key
 
-FACTORS: tuple[float, ...] = (1 / 3, 1 / 2, 1.0, 2.0, 3.0)
-# the response to a claim C after a prior P1 (posterior P2), f = (P2 - P1) / (C - P1):
-# none (P2 = P1), partial (0 < f < 1), full adoption (P2 = C), away (f < 0: away from the claim;
-# f > 1: past it). The discernment model's parts (bayes.discernment) and the simulator use these.
-RESPONSES = ("none", "partial", "full", "away")
-STRATEGIES = ("zero-shot", "CoT", "Reliability", "Bayesian", "Defense")
 
 _JSON = 'Return only a JSON object {"answer": <number>} with a plain number.'
 SYSTEM_PROMPTS = {
@@ -62,17 +57,6 @@ def posterior_turn(source: str, claim_text: str, strategy: str) -> list[dict[str
     if strategy == "Reliability":
         text += RELIABILITY_SUFFIX.format(source=source)
     return [{"role": "user", "content": text}]
-
-
-def classify_response(prior, posterior, claim):
-    """The `RESPONSES` category of each (prior, posterior, claim) with claim != prior (arrays or
-    scalars). Equality is exact up to 1e-9 relative: numbers parsed from answers that repeat the
-    prior or the claim digit for digit."""
-    import numpy as np
-    p1, p2, c = (np.asarray(v, float) for v in (prior, posterior, claim))
-    f = (p2 - p1) / (c - p1)
-    same = lambda a, b: np.isclose(a, b, rtol=1e-9, atol=0.0)  # noqa: E731
-    return np.select([same(p2, p1), same(p2, c), (f > 0) & (f < 1)], ["none", "full", "partial"], "away")
 
 
 def demo_items() -> pd.DataFrame:

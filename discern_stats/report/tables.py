@@ -7,7 +7,7 @@ import numpy as np
 import pandas as pd
 from great_tables import GT
 
-from ..collect.synthetic import get_profile, true_cue_weights
+from ..simulate.respondent import get_profile, true_cue_weights
 from ..stats.l2d import CHANCE
 from .context import ReportContext
 

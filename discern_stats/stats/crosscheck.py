@@ -15,12 +15,14 @@ import pandas as pd
 import statsmodels.api as sm
 from scipy import stats as sps
 
+from ..core.vocab import WEIGHT_TRACKS
 
-def cue_glm(df: pd.DataFrame, *, tracks: tuple[str, ...] = ("factorial", "swap", "competition"),
+
+def cue_glm(df: pd.DataFrame, *, tracks: tuple[str, ...] = WEIGHT_TRACKS,
             level: float = 0.95) -> pd.DataFrame:
     """Cluster-robust logistic weights per LLM x intervention: one row per cue."""
     from ..bayes.cue_weights import choice_table
-    from ..coding import CUES
+    from ..core.vocab import CUES
     d = choice_table(df, tracks)
     rows = []
     z = sps.norm.ppf(0.5 + level / 2)

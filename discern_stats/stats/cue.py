@@ -28,11 +28,9 @@ import numpy as np
 import pandas as pd
 from scipy import stats as sps
 
-from ..designs.cue import COMPETITION_ORDER, FACTORIAL, factorial_code
+from ..core.vocab import (CONTRAST_ENDPOINTS, FACTORIAL, INTERVENTION_CONTRASTS, STRATUM_SETS, factorial_code,
+                          order_time_code, structure_code, verified_code)
 from .bootstrap import DEFAULT_RESAMPLES, jackknife_ratio, ratio, resample_counts, summarise
-
-STRATUM_SETS = {"core": ["core"], "structural": ["structural"], "naturalized": ["naturalized"],
-                "all": ["core", "structural", "naturalized"]}
 
 
 def _fc(R, Q, I):  # noqa: ANN001
@@ -40,11 +38,11 @@ def _fc(R, Q, I):  # noqa: ANN001
 
 
 def _oc(o, t):  # noqa: ANN001
-    return ("competition", f"order={o}-first,time={t}")
+    return ("competition", order_time_code(o, t))
 
 
 def _sc(s):  # noqa: ANN001
-    return ("competition", f"structure={s}")
+    return ("competition", structure_code(s))
 
 
 # effect -> list of (condition c1, condition c0) pairs, each (track, condition)
@@ -71,7 +69,7 @@ ACCURACIES: dict[str, list[tuple[str, str, str]]] = {  # name -> list of (track,
     "initial_state": [("representation", "P1", factorial_code(*f)) for f in FACTORIAL],
     "provenance": [("representation", "P2", factorial_code(*f)) for f in FACTORIAL],
     "count_single": [("representation", p, h) for p in ("P3a", "P3b") for h in ("HH", "LL", "HL", "LH")],
-    "verified": [("verified", "P4", "verified=A"), ("verified", "P4", "verified=B")],
+    "verified": [("verified", "P4", verified_code("A")), ("verified", "P4", verified_code("B"))],
 }
 
 
@@ -216,8 +214,8 @@ def cue_metrics(df: pd.DataFrame, *, n_resamples: int = DEFAULT_RESAMPLES, seed:
     return out
 
 
-CONTRASTS = [("C2", "C0"), ("C3", "C2"), ("C3", "C1"), ("C4", "C3")]
-ENDPOINTS = {"swap": ("swap", False), "abs_text_order": ("text_order", True)}
+CONTRASTS = INTERVENTION_CONTRASTS
+ENDPOINTS = CONTRAST_ENDPOINTS
 
 
 def abs_contrast_p_value(est1: float, est0: float, boot1: np.ndarray, boot0: np.ndarray) -> float:

@@ -1,18 +1,20 @@
 """The synthetic respondent: a SIMULATOR, not an LLM (SPEC "Validation by simulation").
 
-`SyntheticChatModel` is a LangChain ``BaseChatModel`` that reads only the rendered prompt
-text and answers like a respondent with known cue weights (profiles in
-``discern_stats/data/profiles.yaml``):
+`SyntheticChatModel` is a LangChain ``BaseChatModel`` that answers like a respondent with
+known cue weights (profiles in ``discern_stats/data/profiles.yaml``):
 
-- Design B P4 choices: logit P(choose B) = intercept + sum_k w_k x_k + u_world, with the
-  cues x_k parsed from the text and coded as `discern_stats.coding.cue_codes` codes labels,
-  u_world ~ N(0, world_sd) fixed per world (hash of the entity code), plus the profile's
-  additive weight shifts under interventions C1..C4 (detected from the appended text).
+- Design B: it reads the request's structured facts (its evidence graph, looked up by the
+  request's text in ``cue_facts``, which the collector loads from the plan) rather than
+  parsing English; `designs.cue_fidelity` guards that the text carries the same facts.
+  P4 choices: logit P(choose B) = intercept + sum_k w_k x_k + u_world, with the cues x_k
+  perceived from the graph (`cue_codes_from_facts`, equal to `core.coding.cue_codes` of the
+  condition labels), u_world ~ N(0, world_sd) fixed per world, plus the profile's additive
+  weight shifts under interventions C1..C4.
 - Design B identification probes: correct with the profile's accuracy, else a wrong option.
 - Design A: its "knowledge" is the item bank (question -> truth) and the source table
   (domain -> reliability, popularity), as an LLM's parametric knowledge would be. Prior:
   exact with prob ``prior_exact``, else T * exp(N(0, prior_sd)). Posterior: one of the responses
-  none / partial / full / away (`designs.l2d.RESPONSES`), drawn in sequence by the profile's
+  none / partial / full / away (`core.vocab.RESPONSES`), drawn in sequence by the profile's
   logits (move, then away, then full), a partial move's fraction logit-normal (profiles.yaml).
 
 Answers are deterministic given (profile seed, prompt text, repeat), so a rerun of a plan
@@ -39,7 +41,8 @@ from langchain_core.messages import AIMessage, BaseMessage
 from langchain_core.outputs import ChatGeneration, ChatResult
 from pydantic import ConfigDict, Field
 
-from ..coding import CUES
+from ..core.coding import CUES
+from ..designs.cue import SYSTEM_INT, SYSTEM_MC
 from ..errors import SpecError
 
 SIMULATOR_NOTE = "SIMULATOR (synthetic respondent with known weights; not a real LLM)"
@@ -83,79 +86,45 @@ def _seed(*parts: Any) -> int:
     return int.from_bytes(hashlib.blake2b("\x1f".join(map(str, parts)).encode(), digest_size=8).digest(), "little")
 
 
-# ---------------------------------------------------------------- reading Design B text
-_HIST = re.compile(r"(O\d)(?:'s track record: (\d) out of 8|: in 8 fully verified earlier cases, (\d) of)")
-_RECORD = re.compile(r"Record (e\d) is .*? made by (O\d), describing (\d\d:\d\d)")
-_MSG = re.compile(r"^Message \d+( \(repeated\))?.*?(?:cites record (e\d)\. It states that at (\d\d:\d\d) the .+? was (.+?)\."
-                  r"|citing record (e\d), saying that as of (\d\d:\d\d) .+?'s .+? was (.+?)\.)$", re.M)
-_INITIAL = re.compile(r"^Trusted initial record \(10:00\): the .+? of .+? was (.+?)\.$", re.M)
-_VERIFIED = re.compile(r"^Trusted target-time verification \(14:00\): the .+? of .+? was (.+?)\.$", re.M)
-_OPTION = re.compile(r"^([A-D])\. (.+)$", re.M)
-_CODE = re.compile(r"\b([A-Z]{2}-\d{4})\b")
+# ---------------------------------------------------------------- reading Design B facts
+def text_key(text: str) -> str:
+    """The lookup key of a request's user text (`cue_facts`)."""
+    return hashlib.blake2b(text.encode(), digest_size=16).hexdigest()
 
 
-def read_cue_prompt(text: str) -> dict[str, Any]:
-    """Parse a rendered Design B prompt into the facts a respondent would use."""
-    initial = _INITIAL.search(text)
-    value_a = initial.group(1) if initial else None
-    hist = {m.group(1): int(m.group(2) or m.group(3)) for m in _HIST.finditer(text)}
-    records = {m.group(1): (m.group(2), m.group(3)) for m in _RECORD.finditer(text)}
-    msgs = []
-    for m in _MSG.finditer(text):
-        rec = m.group(2) or m.group(5)
-        t = m.group(3) or m.group(6)
-        val = m.group(4) or m.group(7)
-        msgs.append({"record": rec, "time": t, "state": "A" if val == value_a else "B", "repeated": bool(m.group(1))})
-    ver = _VERIFIED.search(text)
-    question = text.strip().split("\n\n")[-1]
-    options = dict(_OPTION.findall(question))
-    if "Weighting rule:" in text:
-        iv = "C4"
-    elif "Evidence ledger" in text:
-        iv = "C3"
-    elif "Summary of the relevant facts:" in text:
-        iv = "C2"
-    elif "Facilities inventory (unrelated to the case)" in text:
-        iv = "C1"
-    else:
-        iv = "C0"
-    code = _CODE.search(text)
-    return {"value_a": value_a, "histories": hist, "records": records, "messages": msgs,
-            "limited": "Part of the target identifier is unavailable" in text,
-            "verified": None if ver is None else ("A" if ver.group(1) == value_a else "B"),
-            "question": question, "options": options, "intervention": iv, "world": code.group(1) if code else ""}
+def cue_codes_from_facts(facts: dict[str, Any]) -> dict[str, float]:
+    """Cue codes perceived from a request's evidence graph (`EvidenceGraph.facts`); equal to
+    `core.coding.cue_codes` of the request's condition labels (tested).
 
-
-def cue_codes_from_text(facts: dict[str, Any]) -> dict[str, float]:
-    """Cue codes read from the prompt; equal to `coding.cue_codes` of the request's labels."""
+    Records that describe the trusted initial record's time restate it and carry no cue (the
+    extra sources of source-count worlds); a verbatim repeat is a second line of the same speaker.
+    """
     x = dict.fromkeys(CUES, 0.0)
-    msgs = facts["messages"]
-    hist, recs = facts["histories"], facts["records"]
-    a_msgs = [m for m in msgs if m["state"] == "A"]
-    b_msgs = [m for m in msgs if m["state"] == "B"]
     if facts["verified"] is not None:
         x["verified"] = 0.5 if facts["verified"] == "B" else -0.5
         return x
-    if not a_msgs:  # factorial: all reports support B against the trusted initial A
-        k = np.mean([hist[recs[m["record"]][0]] for m in b_msgs])
+    recs = {r["id"]: r for r in facts["records"]}
+    hist = {s["name"]: s["history"] for s in facts["sources"]}
+    current = [m for m in facts["messages"] if recs[m["record"]]["event_time"] != facts["initial"]["time"]]
+    a_msgs = [m for m in current if recs[m["record"]]["state"] == "A"]
+    b_msgs = [m for m in current if recs[m["record"]]["state"] == "B"]
+    if not a_msgs:  # factorial: all current reports support B against the trusted initial A
+        k = np.mean([hist[recs[m["record"]]["observer"]] for m in b_msgs])
         x["R"] = 0.5 if k >= 5.5 else -0.5
-        x["Q"] = -0.5 if facts["limited"] else 0.5
+        x["Q"] = -0.5 if any(recs[m["record"]]["quality"] == "limited" for m in b_msgs) else 0.5
         x["I"] = 0.5 if len({m["record"] for m in b_msgs}) > 1 else -0.5
         return x
-    ta, tb = a_msgs[0]["time"], b_msgs[0]["time"]
-    ha, hb = hist[recs[a_msgs[0]["record"]][0]], hist[recs[b_msgs[0]["record"]][0]]
-    if ta != tb:  # order x time block
-        x["time"] = 0.5 if tb > ta else -0.5
-        x["order"] = 0.5 if msgs[0]["state"] == "B" else -0.5
+    ra, rb = recs[a_msgs[0]["record"]], recs[b_msgs[0]["record"]]
+    ha, hb = hist[ra["observer"]], hist[rb["observer"]]
+    if ra["event_time"] != rb["event_time"]:  # order x time block
+        x["time"] = 0.5 if rb["event_time"] > ra["event_time"] else -0.5
+        x["order"] = 0.5 if recs[current[0]["record"]]["state"] == "B" else -0.5
     elif ha != hb:  # swap block
         x["history"] = 0.5 if hb > ha else -0.5
     else:  # report-structure block
-        n_lines = len(b_msgs)
-        n_relays = len([m for m in b_msgs if not m["repeated"]])
-        n_roots = len({m["record"] for m in b_msgs})
-        x["repetition"] = 0.5 if n_lines >= 2 else -0.5
-        x["speaker"] = 0.5 if n_relays >= 2 else -0.5
-        x["lineage"] = 0.5 if n_roots >= 2 else -0.5
+        x["repetition"] = 0.5 if len(b_msgs) >= 2 else -0.5
+        x["speaker"] = 0.5 if len({m["relay"] for m in b_msgs}) >= 2 else -0.5
+        x["lineage"] = 0.5 if len({m["record"] for m in b_msgs}) >= 2 else -0.5
     return x
 
 
@@ -167,6 +136,9 @@ class SyntheticChatModel(BaseChatModel):
     seed: int = 0
     knowledge: dict[str, float] = Field(default_factory=dict)  # question -> truth
     source_knowledge: dict[str, tuple[float, float]] = Field(default_factory=dict)  # domain -> (R, P)
+    # Design B: text_key(user text) -> {"facts": EvidenceGraph.facts(), "probe", "intervention", "options"}
+    # (or that entry as JSON text, parsed on first use)
+    cue_facts: dict[str, Any] = Field(default_factory=dict)
     invalid_rate: float | None = None
     latency_ms: float | None = None
     model_config = ConfigDict(arbitrary_types_allowed=True)
@@ -202,46 +174,50 @@ class SyntheticChatModel(BaseChatModel):
         if rng.random() < inv:
             return rng.choice(["I am not sure which option the case supports.", '{"answer": "maybe"}',
                                "Answer: probably the first one"])
-        if "Fictional case" in last or "The following" in last and "fictional" in last:
-            return self._respond_cue(last, rng)
+        system = next((t for r, t in texts if r == "system"), "")
+        if system in (SYSTEM_MC, SYSTEM_INT):
+            return self._respond_cue(last, system, rng)
         return self._respond_l2d(texts, rng)
 
-    def _respond_cue(self, text: str, rng: np.random.Generator) -> str:
-        f = read_cue_prompt(text)
-        q, opts = f["question"], f["options"]
+    def _respond_cue(self, text: str, system: str, rng: np.random.Generator) -> str:
+        """A Design B answer from the request's structured facts (`cue_facts`, looked up by its text).
+        A request it has no facts for (a server without the plan) gets a uniformly random valid answer."""
+        entry = self.cue_facts.get(text_key(text))
+        if entry is None:
+            return str(int(rng.integers(0, 9))) if system == SYSTEM_INT else json.dumps({"answer": str(rng.choice(["A", "B"]))})
+        if isinstance(entry, str):
+            entry = self.cue_facts[text_key(text)] = json.loads(entry)
+        f, probe, letters = entry["facts"], entry["probe"], entry["options"]
         acc = self.respondent_profile["cue"]["accuracy"]
-        if "Return one integer from 0 to 8." in text:
-            o = re.search(r"cases for (O\d)", q).group(1)
-            truth = f["histories"].get(o, 0)
+        hist = {s["name"]: s["history"] for s in f["sources"]}
+        if probe in ("P3a", "P3b"):
+            truth = hist["O1" if probe == "P3a" else "O2"]
             if rng.random() < acc["P3ab"]:
                 return str(truth)
             return str(int(rng.choice([k for k in range(9) if k != truth])))
-        if "better supported" in q:
+        if probe == "P4":
             c = self.respondent_profile["cue"]
-            w = true_cue_weights(self.respondent_profile, f["intervention"])
-            x = cue_codes_from_text(f)
-            u = np.random.default_rng(_seed("world", self.profile_name, self.seed, f["world"])).normal(0, c["world_sd"])
+            w = true_cue_weights(self.respondent_profile, entry["intervention"])
+            x = cue_codes_from_facts(f)
+            u = np.random.default_rng(_seed("world", self.profile_name, self.seed, f["world_id"])).normal(0, c["world_sd"])
             p_b = _logistic(c["intercept"] + sum(w[k] * x[k] for k in x) + u)
             state = "B" if rng.random() < p_b else "A"
-            val = f["value_a"] if state == "A" else next(v for v in opts.values() if v != f["value_a"])
-            letter = next(k for k, v in opts.items() if v == val)
-            return json.dumps({"answer": letter})
-        if "trusted initial record give" in q:
-            gold, p = next(k for k, v in opts.items() if v == f["value_a"]), acc["P1"]
-        elif "correctly matches the later messages" in q:
-            recs = [m["record"] for m in f["messages"]]
-            sep = len(set(recs)) > 1
-            gold = ("A" if not f["limited"] else "B") if sep else ("C" if not f["limited"] else "D")
+            return json.dumps({"answer": next(k for k, v in letters.items() if v == state)})
+        options = ["A", "B", "C", "D"]
+        if probe == "P1":
+            gold, p, options = next(k for k, v in letters.items() if v == f["initial"]["state"]), acc["P1"], list(letters)
+        elif probe == "P2":
+            recs = {r["id"]: r for r in f["records"]}
+            cited = {m["record"] for m in f["messages"] if recs[m["record"]]["event_time"] != f["initial"]["time"]}
+            limited = any(recs[r]["quality"] == "limited" for r in cited)
+            gold = ("B" if limited else "A") if len(cited) > 1 else ("D" if limited else "C")
             p = acc["P2"]
-        elif "higher observed proportion" in q:
-            h = f["histories"]
-            gold = "A" if h["O1"] > h["O2"] else "B" if h["O2"] > h["O1"] else "C"
+        else:  # P3c
+            gold = "A" if hist["O1"] > hist["O2"] else "B" if hist["O2"] > hist["O1"] else "C"
             p = acc["P3c"]
-        else:
-            gold, p = sorted(opts)[0], 0.5
         if rng.random() < p:
             return json.dumps({"answer": gold})
-        return json.dumps({"answer": str(rng.choice([k for k in opts if k != gold]))})
+        return json.dumps({"answer": str(rng.choice([k for k in options if k != gold]))})
 
     def _respond_l2d(self, texts: list[tuple[str, str]], rng: np.random.Generator) -> str:
         from ..designs.l2d import format_number

@@ -24,9 +24,13 @@ class FakeOpenAIServer:
     def __init__(self, profile: str = "source-sensitive", *, latency_ms: float = 0.0, fault_rate: float = 0.0,
                  faults: tuple[str, ...] = ("429", "500", "delay", "malformed"), delay_s: float = 0.3,
                  seed: int = 0, port: int = 0, invalid_rate: float | None = None,
-                 rate_limit_rps: float | None = None, retry_after_s: float | None = None):
-        from .collect.synthetic import SyntheticChatModel
-        self.model = SyntheticChatModel(profile_name=profile, latency_ms=0, invalid_rate=invalid_rate)
+                 rate_limit_rps: float | None = None, retry_after_s: float | None = None,
+                 cue_facts: dict[str, Any] | None = None):
+        from .respondent import SyntheticChatModel
+        # cue_facts: the plan's Design B facts (see SyntheticChatModel); without them a Design B
+        # request gets a random valid answer
+        self.model = SyntheticChatModel(profile_name=profile, latency_ms=0, invalid_rate=invalid_rate,
+                                        cue_facts=cue_facts or {})
         self.latency_ms, self.fault_rate, self.faults, self.delay_s = latency_ms, fault_rate, faults, delay_s
         self.rng = random.Random(seed)
         self.port = port

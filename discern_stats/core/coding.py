@@ -1,4 +1,5 @@
-"""Cue coding of Design B P4 choices from their condition labels (never from prompt text).
+"""Coding of responses: the cues of a Design B P4 choice from its condition labels (never from
+prompt text), and the `vocab.RESPONSES` category of a Design A posterior (`classify_response`).
 
 Every cue is coded +0.5 / -0.5 (0 where it is not manipulated), oriented so that a positive
 weight raises P(choose B) — the SPEC directions (seed 001 A.2):
@@ -18,11 +19,10 @@ from __future__ import annotations
 
 import re
 
-from .errors import InputError
+import numpy as np
 
-CUES = ["history", "R", "Q", "I", "order", "time", "repetition", "speaker", "lineage", "verified"]
-CHOICE_TRACKS = ["factorial", "swap", "competition", "verified"]
-STRUCTURE_STEPS = ["single", "repeated", "two-speakers", "separate-roots"]
+from ..errors import InputError
+from .vocab import CUES, STRUCTURE_STEPS
 
 
 def block_of(track: str, condition: str) -> str:
@@ -65,3 +65,13 @@ def cue_codes(track: str, condition: str) -> dict[str, float]:
     else:
         raise InputError(f"track {track!r} has no P4 choice")
     return x
+
+
+def classify_response(prior, posterior, claim):
+    """The `RESPONSES` category of each (prior, posterior, claim) with claim != prior (arrays or
+    scalars). Equality is exact up to 1e-9 relative: numbers parsed from answers that repeat the
+    prior or the claim digit for digit."""
+    p1, p2, c = (np.asarray(v, float) for v in (prior, posterior, claim))
+    f = (p2 - p1) / (c - p1)
+    same = lambda a, b: np.isclose(a, b, rtol=1e-9, atol=0.0)  # noqa: E731
+    return np.select([same(p2, p1), same(p2, c), (f > 0) & (f < 1)], ["none", "full", "partial"], "away")

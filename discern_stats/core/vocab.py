@@ -1,0 +1,81 @@
+"""Each design's names, spelled once: cues, tracks, probes, condition codes, strata, structural
+axes, interventions and contrasts (Design B, seed 001); strategies, claim factors and response
+categories (Design A, seed 000). Every layer (designs, stats, bayes, simulate, collect, report)
+imports them from here; no other module spells a condition code.
+"""
+
+from __future__ import annotations
+
+# ================================================================ Design A (seed 000)
+STRATEGIES: tuple[str, ...] = ("zero-shot", "CoT", "Reliability", "Bayesian", "Defense")
+FACTORS: tuple[float, ...] = (1 / 3, 1 / 2, 1.0, 2.0, 3.0)  # claim C = truth x factor
+# the response to a claim C after a prior P1 (posterior P2), f = (P2 - P1) / (C - P1):
+# none (P2 = P1), partial (0 < f < 1), full adoption (P2 = C), away (f < 0 or f > 1)
+RESPONSES: tuple[str, ...] = ("none", "partial", "full", "away")
+ERA_CUTOFF_YEAR = 1993  # seed 000: items split pre/post internet (year < 1993 is "pre-internet")
+
+# ================================================================ Design B (seed 001)
+STRATA: dict[str, int] = {"core": 300, "structural": 120, "naturalized": 80}  # worlds per stratum
+STRATUM_SETS: dict[str, list[str]] = {"core": ["core"], "structural": ["structural"],
+                                      "naturalized": ["naturalized"], "all": ["core", "structural", "naturalized"]}
+STRATUM_LABELS = {"core": "Core", "structural": "Structural", "naturalized": "Naturalized", "all": "All"}
+# seed 001 B.5: five axes of 24 worlds, each with two variants (12 worlds each)
+STRUCTURAL_AXES: dict[str, tuple[str, str]] = {
+    "source-count": ("3-sources", "4-sources"),  # original sources in the world
+    "graph-topology": ("3-messages", "4-messages"),  # final messages mapped onto the records
+    "dependency-pattern": ("shared-archive", "separate-archives"),  # relay paths via one archival desk or not
+    "relay-chain-length": ("2-relays", "3-relays"),  # layers of faithful relays per message
+    "role-configuration": ("self-relay", "cross-relay"),  # observers relay their own or another's record
+}
+
+TRACKS: tuple[str, ...] = ("representation", "factorial", "swap", "competition", "verified")
+CHOICE_TRACKS: tuple[str, ...] = ("factorial", "swap", "competition", "verified")  # tracks asking a P4 choice
+WEIGHT_TRACKS: tuple[str, ...] = ("factorial", "swap", "competition")  # P4 choices without gold (cue weights)
+PROBES: tuple[str, ...] = ("P1", "P2", "P3a", "P3b", "P3c", "P4")
+
+# condition codes
+HISTORY_LEVELS = {"H": 7, "L": 4}  # verified matches out of 8: high / chance-level history
+HISTORY_CONFIGS: dict[str, tuple[int, int]] = {"HH": (7, 7), "LL": (4, 4), "HL": (7, 4), "LH": (4, 7)}  # (A's, B's)
+SWAP_CONDITIONS = ("HL", "LH")
+FACTORIAL: list[tuple[str, str, str]] = [(R, Q, I) for R in ("HH", "LL") for Q in ("clear", "limited")
+                                         for I in ("separate", "shared")]
+COMPETITION_ORDER: list[tuple[str, str]] = [(o, t) for o in ("A", "B") for t in ("08", "12")]
+STRUCTURE_STEPS: list[str] = ["single", "repeated", "two-speakers", "separate-roots"]
+VERIFIED_STATES = ("A", "B")
+
+
+def factorial_code(R: str, Q: str, I: str) -> str:
+    return f"R{R}-Q{Q}-I{I}"
+
+
+def order_time_code(order: str, time: str) -> str:
+    return f"order={order}-first,time={time}"
+
+
+def structure_code(step: str) -> str:
+    return f"structure={step}"
+
+
+def verified_code(state: str) -> str:
+    return f"verified={state}"
+
+
+# cues of the cue-weight model, coded +-0.5 (`core.coding`), and the block of P4 requests each is manipulated in
+CUES: list[str] = ["history", "R", "Q", "I", "order", "time", "repetition", "speaker", "lineage", "verified"]
+SUCCESSIVE_CUES: list[str] = ["repetition", "speaker", "lineage"]  # coded from their step on (STRUCTURE_STEPS)
+BLOCK_CUES: dict[str, list[str]] = {"factorial": ["R", "Q", "I"], "swap": ["history"], "order-time": ["order", "time"],
+                                    "structure": SUCCESSIVE_CUES, "verified": ["verified"]}
+
+# interventions (seed 001 section 3.2) and their pre-specified contrasts (seed 001 Table 3)
+INTERVENTIONS: tuple[str, ...] = ("C0", "C1", "C2", "C3", "C4")
+INTERVENTION_NAMES: dict[str, str] = {"C0": "Base", "C1": "Sham", "C2": "Flat", "C3": "Ledger", "C4": "+Rule"}
+INTERVENTION_CONTRASTS: list[tuple[str, str]] = [("C2", "C0"), ("C3", "C2"), ("C3", "C1"), ("C4", "C3")]
+CONTRAST_SCOPES: dict[str, list[str]] = {"core": STRATUM_SETS["core"], "all": STRATUM_SETS["all"]}
+# contrast endpoint -> (choice effect, absolute value?)
+CONTRAST_ENDPOINTS: dict[str, tuple[str, bool]] = {"swap": ("swap", False), "abs_text_order": ("text_order", True)}
+
+# human labels (reports): a reader never sees a raw code
+CUE_LABELS: dict[str, str] = {"history": "Swap (history)", "R": "Reliability (R)", "Q": "Quality (Q)",
+                              "I": "Independence (I)", "order": "Text order", "time": "Event time",
+                              "repetition": "Repetition", "speaker": "Speakers", "lineage": "Lineage",
+                              "verified": "Verification"}

@@ -1,0 +1,366 @@
+"""Design B world bank: 500 fictional worlds and the typed evidence graph of every request
+(seed 001 sections 2, A.1, B.1-B.7). Text is rendered from a graph by `cue_render`.
+
+A world is a fictional entity with a target attribute and two candidate states. Semantic state
+A is always the value of the trusted initial record (10:00); B is the other value. Option
+letters are counterbalanced separately (AB / BA order), so letters never encode A/B.
+
+An evidence graph holds: original sources (observers) with their verified 8-case histories;
+records (who made them, which state, about which event time, received when, how identifiable);
+final messages (which record each cites, through which path of relays); one background event;
+and, on verified branches only, the trusted 14:00 verification.
+
+The five structural axes (seed 001 B.5, `core.vocab.STRUCTURAL_AXES`) change the graph itself,
+identically in both arms of every contrast, so a contrast still differs only in its cue:
+
+- source-count: a third (and fourth) original source with its own history, record and message.
+  Their records describe the state at 10:00 and agree with the trusted initial record, so they
+  corroborate the past and say nothing about the contrast.
+- graph-topology: 3 or 4 final messages are mapped onto the records. In factorial contexts the
+  extra messages cite the reporting records in turn (the shared arm cites its one record again),
+  so both arms of I show the same number of messages; in conflict contexts they cite A's record.
+- dependency-pattern: every relay path passes through one shared archival desk, or each through
+  its own.
+- relay-chain-length: each message travels a chain of 2 or 3 faithful relays.
+- role-configuration: each record is first passed on by its own observer, or by another observer.
+"""
+
+from __future__ import annotations
+
+import random
+from dataclasses import asdict, dataclass, replace
+from typing import Any
+
+from ..core.vocab import HISTORY_CONFIGS, HISTORY_LEVELS, STRATA, STRUCTURAL_AXES
+from ..errors import InputError
+
+WORLD_SEED_RANGE = (0, 9999)  # world ids are w<seed:04d>-<index:03d>
+
+# relation family -> (attribute phrase, entity noun, code prefix, candidate value pairs)
+RELATIONS: dict[str, tuple[str, str, str, list[tuple[str, str]]]] = {
+    "assignment": ("assigned team", "work order", "WO", [("team north", "team south"), ("crew amber", "crew teal")]),
+    "custody": ("custodian", "sealed case", "SC", [("the front desk", "the night manager"), ("vault clerk", "duty officer")]),
+    "location": ("storage location", "reference binder", "LO", [("upper cabinet", "lower cabinet"), ("room 12", "room 14")]),
+    "membership": ("member group", "badge holder", "MB", [("group red", "group blue"), ("panel one", "panel two")]),
+    "outcome": ("recorded outcome", "inspection", "OC", [("passed", "deferred"), ("approved", "returned")]),
+    "permission": ("access level", "service account", "PM", [("read only", "read write"), ("guest", "staff")]),
+    "priority": ("priority tier", "support ticket", "PR", [("tier two", "tier three"), ("urgent", "routine")]),
+    "quantity": ("unit count", "supply crate", "QT", [("forty units", "sixty units"), ("twelve units", "eighteen units")]),
+    "routing": ("delivery route", "parcel", "RT", [("route east", "route west"), ("dock 3", "dock 5")]),
+    "schedule": ("scheduled slot", "maintenance job", "SH", [("morning slot", "evening slot"), ("Tuesday", "Thursday")]),
+    "state": ("operating state", "pump unit", "ST", [("running", "idle"), ("online", "paused")]),
+    "version": ("deployed version", "firmware image", "VR", [("version 4.2", "version 4.3"), ("build 17", "build 18")]),
+}
+DOMAINS = ["agriculture", "community centers", "construction", "event planning", "facilities", "fleet operations",
+           "homes", "hotels", "IT operations", "libraries", "makerspaces", "manufacturing", "media production",
+           "offices", "research laboratories", "restaurants", "retail", "schools", "shipping",
+           "software development", "sports clubs", "travel", "universities", "utilities", "warehouses"]
+FORMATS = ["incident log", "email thread", "shift handover", "audit memo", "chat transcript", "field report",
+           "meeting minutes", "ticket history", "bulletin", "case file"]
+# seed 001 B.4: the four textual realizations of evidence quality: (medium, where the identifier is seen)
+QUALITY_REALIZATIONS = {
+    "photograph": ("a photograph", "the photographed label"),
+    "log": ("a system log entry", "the log entry"),
+    "document": ("a scanned document", "the document"),
+    "audio": ("an audio recording", "the recording"),
+}
+# seed 001 B.5: background events (kind -> (time, text)); none verifies the target-time state
+BACKGROUNDS: dict[str, tuple[str, str]] = {
+    "alias-binding": ("09:20", "{entity} is also listed under the alias {code}-ALT in older files; the alias and the "
+                               "code name the same {noun}."),
+    "conditional-release": ("09:40", "a release of {entity} was planned on condition of a sign-off; no sign-off is on "
+                                     "file, so the release is not known to have happened."),
+    "historical-return": ("09:10", "{entity} was returned once last month and re-registered the same day under the "
+                                   "same code."),
+    "parallel-entity": ("09:30", "a similar {noun} with code {code}X exists at another site; it is not the target of "
+                                 "this case."),
+    "planned-vs-effective": ("09:50", "a change of the {attr} of {entity} was planned for next week; planned changes "
+                                      "are not yet effective."),
+    "unadopted-proposal": ("09:15", "a proposal to change the {attr} of {entity} was filed; it has not been adopted."),
+    "scope-copy": ("09:25", "a copy of the register for another site lists entries that do not apply to {entity}."),
+    "single-change": ("09:05", "the register allows at most one change of the {attr} of {entity} per day."),
+    "supersession-chain": ("09:35", "an earlier request form for {entity} was superseded by a later form, which was "
+                                    "itself superseded the same week."),
+    "temporary-state": ("09:45", "temporary holds may have applied to {entity} for short intervals during the day; "
+                                 "none is recorded for today."),
+}
+NAMES = ["O1", "O2"]
+INITIAL_TIME, RECEIVED_TIME, VERIFICATION_TIME = "10:00", "13:00", "14:00"
+EXTRA_HISTORIES = (5, 6)  # verified matches of the third and fourth source in source-count worlds
+H, L = HISTORY_LEVELS["H"], HISTORY_LEVELS["L"]
+
+
+@dataclass
+class WorldSpec:
+    world_id: str
+    seed: int
+    index: int
+    stratum: str
+    relation: str
+    domain: str
+    discourse_format: str
+    quality_realization: str
+    background: str
+    axis: str | None
+    axis_variant: str | None  # one of STRUCTURAL_AXES[axis]
+    option_order: str  # 'AB' | 'BA'
+    shared_root_owner: str  # 'O1' | 'O2'
+    entity_code: str
+    value_a: str
+    value_b: str
+
+    @property
+    def attr(self) -> str:
+        return RELATIONS[self.relation][0]
+
+    @property
+    def noun(self) -> str:
+        return RELATIONS[self.relation][1]
+
+    @property
+    def entity(self) -> str:
+        return f"{self.noun} {self.entity_code}"
+
+    def value(self, state: str) -> str:
+        return self.value_a if state == "A" else self.value_b
+
+    def to_row(self) -> dict[str, Any]:
+        from ..db import dumps
+        return {"world_id": self.world_id, "seed": self.seed, "stratum": self.stratum, "relation": self.relation,
+                "domain": self.domain, "discourse_format": self.discourse_format,
+                "quality_realization": self.quality_realization, "background": self.background, "axis": self.axis,
+                "option_order": self.option_order, "shared_root_owner": self.shared_root_owner,
+                "spec_json": dumps(asdict(self))}
+
+
+def _balanced(rng: random.Random, values: list[Any], n: int) -> list[Any]:
+    """n labels with each value used n/len(values) times (exactly, n divisible), shuffled."""
+    assert n % len(values) == 0, (n, len(values))
+    out = [v for v in values for _ in range(n // len(values))]
+    rng.shuffle(out)
+    return out
+
+
+def check_world_seed(seed: int) -> int:
+    lo, hi = WORLD_SEED_RANGE
+    if not isinstance(seed, int) or isinstance(seed, bool) or not lo <= seed <= hi:
+        raise InputError(f"world seed {seed!r} is out of range: use an integer from {lo} to {hi} "
+                         f"(world ids are w<seed, 4 digits>-<index>)")
+    return seed
+
+
+def build_worlds(seed: int = 0, n_worlds: int | None = None) -> list[WorldSpec]:
+    """The 500-world bank, deterministic from ``seed``. ``n_worlds`` takes the first n
+    worlds of a stratified order (keeping the Core/Structural/Naturalized mix) for demos."""
+    check_world_seed(seed)
+    rng = random.Random(seed)
+    strata = [s for s, n in STRATA.items() for _ in range(n)]
+    total = len(strata)
+    n_struct = STRATA["structural"]
+    # Structural: 10 worlds per relation family (12 x 10 = 120), 24 per axis, 12 per axis variant.
+    struct_rel = _balanced(rng, list(RELATIONS), n_struct)
+    struct_axis = _balanced(rng, [(a, v) for a, vs in STRUCTURAL_AXES.items() for v in vs], n_struct)
+    other_rel = [list(RELATIONS)[i % 12] for i in range(total - n_struct)]
+    rng.shuffle(other_rel)
+    domains = _balanced(rng, DOMAINS, total)
+    formats = _balanced(rng, FORMATS, total)
+    qual = _balanced(rng, list(QUALITY_REALIZATIONS), total)
+    bg = _balanced(rng, list(BACKGROUNDS), total)
+    order = _balanced(rng, ["AB", "BA"], total)
+    owner = _balanced(rng, NAMES, total)
+    worlds = []
+    si = oi = 0
+    for i, stratum in enumerate(strata):
+        if stratum == "structural":
+            rel, (axis, variant) = struct_rel[si], struct_axis[si]
+            si += 1
+        else:
+            rel, axis, variant = other_rel[oi], None, None
+            oi += 1
+        pair = RELATIONS[rel][3][rng.randrange(len(RELATIONS[rel][3]))]
+        a, b = (pair if rng.random() < 0.5 else pair[::-1])
+        code = f"{RELATIONS[rel][2]}-{rng.randrange(1000, 9999)}"
+        worlds.append(WorldSpec(world_id=f"w{seed:04d}-{i + 1:03d}", seed=seed, index=i, stratum=stratum, relation=rel,
+                                domain=domains[i], discourse_format=formats[i], quality_realization=qual[i],
+                                background=bg[i], axis=axis, axis_variant=variant, option_order=order[i],
+                                shared_root_owner=owner[i], entity_code=code, value_a=a, value_b=b))
+    if n_worlds is not None and n_worlds < total:
+        # keep the strata mix: take the first worlds of each stratum in proportion
+        by = {s: [w for w in worlds if w.stratum == s] for s in STRATA}
+        picked: list[WorldSpec] = []
+        for s, n in STRATA.items():
+            k = max(1, round(n_worlds * n / total))
+            picked.extend(by[s][:k])
+        worlds = sorted(picked, key=lambda w: w.index)[:n_worlds]
+    return worlds
+
+
+# ---------------------------------------------------------------- the evidence graph
+@dataclass(frozen=True)
+class SourceNode:
+    """An original observer and its verified history: ``history`` of 8 earlier reports matched
+    a trusted verification (None: no history shown)."""
+
+    name: str
+    history: int | None
+
+
+@dataclass(frozen=True)
+class RecordNode:
+    """An original record: made by ``observer``, reporting ``state`` as of ``event_time``."""
+
+    id: str
+    observer: str
+    state: str  # 'A' | 'B'
+    event_time: str
+    received: str = RECEIVED_TIME
+    quality: str = "clear"  # 'clear' | 'limited' (part of the identifier unavailable)
+
+
+@dataclass(frozen=True)
+class MessageNode:
+    """A final message citing ``record``. ``path`` lists who passed it on, from the record to the
+    reader (observers, archival desks, relays); ``relay`` is the relay that delivers it. A
+    ``repeat`` shows the previous message again verbatim."""
+
+    record: str
+    relay: str
+    path: tuple[str, ...]
+    repeat: bool = False
+
+
+@dataclass
+class EvidenceGraph:
+    world: WorldSpec
+    sources: list[SourceNode]
+    records: list[RecordNode]
+    messages: list[MessageNode]
+    verified: str | None = None  # 'A' | 'B': the trusted 14:00 verification (verified branches only)
+    background: str = ""
+    show_histories: bool = True
+
+    def record(self, rid: str) -> RecordNode:
+        return next(r for r in self.records if r.id == rid)
+
+    def source(self, name: str) -> SourceNode:
+        return next(s for s in self.sources if s.name == name)
+
+    @property
+    def background_time(self) -> str:
+        return BACKGROUNDS[self.background][0]
+
+    def background_text(self) -> str:
+        w = self.world
+        return BACKGROUNDS[self.background][1].format(entity=w.entity, code=w.entity_code, noun=w.noun, attr=w.attr)
+
+    def facts(self) -> dict[str, Any]:
+        """The graph as plain data (for export and the synthetic respondent); states as A/B and as values."""
+        w = self.world
+        return {"world_id": w.world_id, "stratum": w.stratum, "discourse_format": w.discourse_format,
+                "axis": w.axis, "axis_variant": w.axis_variant, "entity": w.entity, "attribute": w.attr,
+                "values": {"A": w.value_a, "B": w.value_b},
+                "initial": {"state": "A", "time": INITIAL_TIME},
+                "sources": [asdict(s) for s in self.sources] if self.show_histories else
+                [{"name": s.name, "history": None} for s in self.sources],
+                "records": [asdict(r) for r in self.records],
+                "messages": [{"index": k, **asdict(m), "path": list(m.path)} for k, m in enumerate(self.messages, 1)],
+                "background": {"kind": self.background, "time": self.background_time},
+                "verified": self.verified}
+
+
+def _other(name: str) -> str:
+    return "O2" if name == "O1" else "O1"
+
+
+def _record_id(records: list[RecordNode]) -> str:
+    return f"e{max(int(r.id[1:]) for r in records) + 1}"
+
+
+def _paths(w: WorldSpec, records: dict[str, RecordNode], msgs: list[tuple[str, str, bool]]) -> list[MessageNode]:
+    """Message nodes with their relay paths (dependency, chain length and role axes)."""
+    out = []
+    for k, (rid, relay, repeat) in enumerate(msgs):
+        path: list[str] = []
+        if w.axis_variant == "self-relay":
+            path.append(records[rid].observer)
+        elif w.axis_variant == "cross-relay":
+            path.append(_other(records[rid].observer) if records[rid].observer in NAMES else "O1")
+        if w.axis_variant == "shared-archive":
+            path.append("archive desk D")
+        elif w.axis_variant == "separate-archives":
+            path.append(f"archive desk D{relay[1:]}")
+        chain = {"2-relays": 2, "3-relays": 3}.get(w.axis_variant or "", 1)
+        path.extend([f"T{relay[1:]}", f"S{relay[1:]}", relay][-chain:])  # the relay R<k> delivers
+        out.append(MessageNode(rid, relay, tuple(path), repeat))
+    return out
+
+
+def _finish(w: WorldSpec, sources: list[SourceNode], records: list[RecordNode], msgs: list[tuple[str, str, bool]],
+            *, extra_targets: list[str], verified: str | None = None) -> EvidenceGraph:
+    """Apply the source-count and topology axes, then the path axes, and build the graph."""
+    if w.axis_variant in ("3-sources", "4-sources"):
+        for k in range(int(w.axis_variant[0]) - 2):
+            name = f"O{len(sources) + 1}"
+            sources = sources + [SourceNode(name, EXTRA_HISTORIES[k])]
+            rid = _record_id(records)
+            records = records + [RecordNode(rid, name, "A", INITIAL_TIME)]
+            msgs = msgs + [(rid, f"R{len(msgs) + 1}", False)]
+    if w.axis_variant in ("3-messages", "4-messages"):
+        for k in range(int(w.axis_variant[0]) - 2):
+            msgs = msgs + [(extra_targets[k % len(extra_targets)], f"R{len(msgs) + 1}", False)]
+    by_id = {r.id: r for r in records}
+    return EvidenceGraph(w, sources, records, _paths(w, by_id, msgs), verified, w.background)
+
+
+def factorial_graph(w: WorldSpec, R: str, Q: str, I: str) -> EvidenceGraph:
+    """R x Q x I: the trusted initial record says A; two messages report B at 12:00. R sets both
+    histories (7/8 or 4/8), Q the identifier, I whether they cite two records or one shared record."""
+    k = H if R == "HH" else L
+    owner = w.shared_root_owner
+    sources = [SourceNode("O1", k), SourceNode("O2", k)]
+    if I == "separate":
+        records = [RecordNode("e1", "O1", "B", "12:00", quality=Q), RecordNode("e2", "O2", "B", "12:00", quality=Q)]
+        msgs = [("e1", "R1", False), ("e2", "R2", False)]
+    else:
+        e = "e1" if owner == "O1" else "e2"
+        records = [RecordNode(e, owner, "B", "12:00", quality=Q)]
+        msgs = [(e, "R1", False), (e, "R2", False)]
+    return _finish(w, sources, records, msgs, extra_targets=[r.id for r in records])
+
+
+def conflict_graph(w: WorldSpec, hist_a: int, hist_b: int, *, time_b: str = "12:00", time_a: str = "12:00",
+                   b_first: bool = False, structure: str = "single") -> EvidenceGraph:
+    """A's and B's reports conflict (swap, order x time, report structure): A's observer
+    alternates with the shared-root owner; B's message comes first when ``b_first``."""
+    oa = w.shared_root_owner
+    ob = _other(oa)
+    ea, eb = ("e1", "e2") if oa == "O1" else ("e2", "e1")
+    records = sorted([RecordNode(ea, oa, "A", time_a), RecordNode(eb, ob, "B", time_b)], key=lambda r: r.id)
+    hist = {oa: hist_a, ob: hist_b}
+    b_msgs = [(eb, "R2", False)]
+    if structure == "repeated":
+        b_msgs.append((eb, "R2", True))
+    elif structure == "two-speakers":
+        b_msgs.append((eb, "R3", False))
+    elif structure == "separate-roots":
+        records.append(RecordNode("e3", "O3", "B", time_b))
+        hist["O3"] = hist_b
+        b_msgs.append(("e3", "R3", False))
+    a_msgs = [(ea, "R1", False)]
+    msgs = b_msgs + a_msgs if b_first else a_msgs + b_msgs
+    sources = [SourceNode(o, h) for o, h in sorted(hist.items())]
+    return _finish(w, sources, records, msgs, extra_targets=[ea])
+
+
+def verified_graph(w: WorldSpec, state: str) -> EvidenceGraph:
+    """The factorial base (HH, clear, separate) plus a trusted 14:00 verification of ``state``."""
+    return replace(factorial_graph(w, "HH", "clear", "separate"), verified=state)
+
+
+def history_graph(w: WorldSpec, config: str) -> EvidenceGraph:
+    """The conflict context whose histories are HISTORY_CONFIGS[config] (A's source, B's source)."""
+    return conflict_graph(w, *HISTORY_CONFIGS[config])
+
+
+__all__ = ["WorldSpec", "EvidenceGraph", "SourceNode", "RecordNode", "MessageNode", "build_worlds",
+           "factorial_graph", "conflict_graph", "verified_graph", "history_graph", "check_world_seed"]

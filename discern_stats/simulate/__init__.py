@@ -1,0 +1,1 @@
+"""Synthetic respondents (SIMULATORS with known weights) and a loopback OpenAI-format server."""
