@@ -13,6 +13,7 @@ import typer
 from rich.console import Console
 from rich.table import Table
 
+from .core.vocab import STRATEGIES
 from .db import DEFAULT_DB_URL
 from .errors import DiscernError, InputError
 
@@ -148,6 +149,37 @@ def import_sources(file: Path = typer.Argument(..., help="CSV/parquet with domai
     console.print(f"imported {n} new source(s) from {file}")
 
 
+@import_app.command("popularity")
+def import_popularity_cmd(file: Path = typer.Argument(..., help="Tranco list (rank,domain) or Open PageRank CSV"),
+                          unmatched: Optional[Path] = typer.Option(None, "--unmatched", help="write the sources that "
+                                                                   "matched no listed domain to this text file"),
+                          db: Optional[str] = DbOpt) -> None:
+    """Set the popularity of the database's sources from a ranking (Tranco or Open PageRank CSV).
+
+    Domains are matched in lower case without `www.`; a subdomain takes its nearest listed parent.
+
+    Example: `discern-stats import popularity tranco_top1m.csv --unmatched unmatched.txt`
+    """
+    from .interchange import import_popularity
+    try:
+        res = import_popularity(_open(db).engine, file)
+    except DiscernError as exc:
+        _fail(exc)
+    n_match = res["matched_exact"] + len(res["matched_parent"])
+    console.print(f"{n_match:,} of {res['sources']:,} sources matched {res['listed']:,} listed domains "
+                  f"({res['matched_exact']:,} exactly, {len(res['matched_parent']):,} through a parent domain); "
+                  f"popularity = {res['scale']}; {res['replaced']:,} earlier value(s) replaced")
+    for child, parent in res["matched_parent"][:5]:
+        console.print(f"  {child} -> {parent}")
+    if res["unmatched"]:
+        shown = ", ".join(res["unmatched"][:10])
+        console.print(f"{len(res['unmatched']):,} source(s) unmatched, popularity unchanged: {shown}"
+                      f"{' ...' if len(res['unmatched']) > 10 else ''}")
+        if unmatched is not None:
+            unmatched.write_text("\n".join(res["unmatched"]) + "\n")
+            console.print(f"wrote the unmatched list to {unmatched}")
+
+
 @import_app.command("trials")
 def import_trials(design: str = typer.Argument(..., help="l2d or cue"),
                   file: Path = typer.Argument(..., help="interchange CSV/parquet"), db: Optional[str] = DbOpt) -> None:
@@ -176,31 +208,55 @@ def export_trials(design: str = typer.Argument(..., help="l2d or cue"),
     console.print(f"wrote {p}")
 
 
+@export_app.command("stimuli")
+def export_stimuli_cmd(design: str = typer.Argument(..., help="cue or l2d"),
+                       out: Path = typer.Option(..., "--out", help="output .jsonl file"), db: Optional[str] = DbOpt) -> None:
+    """Export every planned request as JSON lines for other harnesses (inspect_ai, lm-evaluation-harness).
+
+    Each line: id, input (chat messages), target, choices, metadata (conditions, evidence graph).
+
+    Example: `discern-stats export stimuli cue --out cue_stimuli.jsonl`
+    """
+    from .interchange import export_stimuli
+    try:
+        n = export_stimuli(_open(db, read_only=True).engine, _design_arg(design), out)
+    except DiscernError as exc:
+        _fail(exc)
+    console.print(f"wrote {n:,} planned {design} requests to {out}")
+
+
 design_app = typer.Typer(help="Build stimuli and planned requests in the database.", no_args_is_help=True)
 app.add_typer(design_app, name="design")
 
 
 @design_app.command("l2d")
-def design_l2d_cmd(seed: int = typer.Option(0, "--seed", help="random seed of the source draws"),
+def design_l2d_cmd(seed: int = typer.Option(0, "--seed", help="random seed of the source draws (and of --items)"),
                    per_stratum: int = typer.Option(1, "--per-stratum", help="sources per popularity x reliability stratum and item"),
-                   strategies: str = typer.Option(",".join(("zero-shot", "CoT", "Reliability", "Bayesian", "Defense")),
-                                                  "--strategies", help="comma-separated prompt strategies"),
-                   demo: Optional[bool] = typer.Option(None, "--demo/--no-demo", help="use the built-in demo bank and fictional sources "
-                                                       "(default: only when the database has no items or sources)"),
+                   strategies: str = typer.Option(",".join(STRATEGIES), "--strategies",
+                                                  help="comma-separated prompt strategies"),
+                   bank: Optional[str] = typer.Option(None, "--bank", help="built-in item bank to import and plan: "
+                                                      "gapminder (1,704 numeric country-year questions) or demo (24 "
+                                                      "trivia questions). Default: gapminder when the database has no "
+                                                      "items, else the database's items"),
+                   n_items: Optional[int] = typer.Option(None, "--items", help="plan only N items, drawn evenly across "
+                                                         "era x OECD x topic"),
+                   demo: Optional[bool] = typer.Option(None, "--demo/--no-demo", help="the demo bank and the fictional "
+                                                       "sources (default: fictional sources only when the database has "
+                                                       "fewer than 6 sources with a popularity value)"),
                    db: Optional[str] = DbOpt) -> None:
     """Plan Design A (Learn2Discern): a prior per item x strategy, a posterior per source x factor.
 
-    Example: `discern-stats design l2d --seed 1 --per-stratum 2 --strategies zero-shot,CoT`
+    Example: `discern-stats design l2d --items 120 --strategies zero-shot,CoT --seed 1`
     """
     from .designs import design_l2d
     try:
         tdb = _open(db)
-        res = design_l2d(tdb.engine, seed=seed, per_stratum=per_stratum,
+        res = design_l2d(tdb.engine, seed=seed, per_stratum=per_stratum, bank=bank, n_items=n_items,
                          strategies=tuple(s.strip() for s in strategies.split(",") if s.strip()), use_demo=demo)
     except DiscernError as exc:
         _fail(exc)
-    console.print(f"Design A: {res['items']} items x {res['sources_per_item']} sources per item; "
-                  f"{res['planned']} planned requests ({res['new']} new)")
+    console.print(f"Design A: {res['items']:,} items x {res['sources_per_item']} sources per item; "
+                  f"{res['planned']:,} planned requests ({res['new']:,} new)")
 
 
 @design_app.command("cue")

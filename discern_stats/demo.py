@@ -18,6 +18,7 @@ from .stats import holm_contrasts, metrics
 from .trialdb import TrialDB
 
 DEMO_SPECS = ("demo_cue.yaml", "demo_l2d.yaml")
+DEMO_ITEMS = 24  # Design A items drawn from the Gapminder bank, evenly across era x OECD x topic
 
 
 def _spec_path(name: str) -> Path:
@@ -58,9 +59,10 @@ def run_demo(out: Path | str = "demo_out", *, worlds: int = 30, resamples: int =
     console.rule("discern_stats demo")
     console.print(f"database: {url}\nrespondents: {SIMULATOR_NOTE}")
     db = TrialDB(url)
-    a = design_l2d(db.engine, seed=seed, use_demo=True)
+    a = design_l2d(db.engine, seed=seed, bank="gapminder", n_items=DEMO_ITEMS)
     b = design_cue(db.engine, seed=seed, n_worlds=worlds, interventions=list(INTERVENTIONS))
-    console.print(f"Design A: {a['planned']:,} planned requests per respondent (priors and posteriors); Design B: "
+    console.print(f"Design A: {a['items']} Gapminder items, {a['planned']:,} planned requests per respondent (priors and "
+                  f"posteriors); Design B: "
                   f"{b['worlds']} worlds, {b['planned']:,} planned requests per respondent")
     for name in DEMO_SPECS:
         spec = load_spec(_spec_path(name))

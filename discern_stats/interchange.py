@@ -198,6 +198,80 @@ def upsert_items(engine: Engine, rows: list[dict[str, Any]], file: str | None = 
         return insert_ignore(conn, Item, rows, ["item_id"])
 
 
+def normalize_domain(domain: str) -> str:
+    """A domain as popularity rankings list it: lower case, no scheme, path, port, trailing dot
+    or leading ``www.``."""
+    d = str(domain).strip().lower()
+    d = d.split("://", 1)[-1].split("/", 1)[0].split(":", 1)[0].rstrip(".")
+    return d[4:] if d.startswith("www.") else d
+
+
+def _popularity_table(path: str | Path) -> tuple[pd.DataFrame, str]:
+    """(domain, popularity) of a Tranco list (``rank,domain``, no header) or an Open PageRank CSV
+    (``Rank,Domain,Open Page Rank``); also any CSV with ``domain`` and ``rank`` or ``popularity``."""
+    file = str(path)
+    df = read_table(path)
+    cols = {c.strip().lower(): c for c in df.columns}
+    if "domain" not in cols:
+        first = list(df.columns)
+        if len(first) == 2 and first[0].strip().isdigit() and "." in first[1]:  # a Tranco list has no header
+            df = pd.concat([pd.DataFrame([first], columns=["rank", "domain"]),
+                            df.set_axis(["rank", "domain"], axis=1)], ignore_index=True)
+            cols = {"rank": "rank", "domain": "domain"}
+        else:
+            raise InputError(f"no 'domain' column (found {', '.join(map(repr, df.columns))}); expected a Tranco list "
+                             f"(rank,domain without a header) or an Open PageRank CSV (Rank,Domain,Open Page Rank)",
+                             file=file, column="domain")
+    out = pd.DataFrame({"domain": _text(df, cols["domain"], file).map(normalize_domain)})
+    if "open page rank" in cols:
+        out["popularity"] = _numeric(df, cols["open page rank"], file, lo=0, hi=10)
+        kind = "Open PageRank score (0-10)"
+    elif "popularity" in cols:
+        out["popularity"] = _numeric(df, cols["popularity"], file)
+        kind = "popularity column"
+    elif "rank" in cols:
+        rank = _numeric(df, cols["rank"], file, lo=1)
+        out["popularity"] = -np.log10(rank)
+        kind = "-log10(rank)"
+    else:
+        raise InputError("no 'rank', 'Open Page Rank' or 'popularity' column", file=file, column="rank")
+    return out.drop_duplicates("domain", keep="first"), kind
+
+
+def import_popularity(engine: Engine, path: str | Path) -> dict[str, Any]:
+    """Set ``Source.popularity`` from a popularity ranking (Tranco or Open PageRank).
+
+    Matching (the rankings list registrable domains): both sides normalised (`normalize_domain`:
+    case, scheme, ``www.``); a source domain that is not listed is matched to its longest listed
+    parent of at least two labels (``news.example.co.uk`` -> ``example.co.uk``). Sources that
+    match nothing keep their value; the result lists them.
+    Tranco ranks become -log10(rank) (higher = more popular); Open PageRank keeps its 0-10 score.
+    """
+    table, kind = _popularity_table(path)
+    pop = dict(zip(table["domain"], table["popularity"]))
+    with engine.begin() as conn:
+        sources = list(conn.execute(sa.select(Source.domain, Source.popularity)))
+        exact, parent, unmatched, replaced, updates = 0, [], [], 0, []
+        for src in sources:
+            d = normalize_domain(src.domain)
+            labels = d.split(".")
+            hit = next((".".join(labels[i:]) for i in range(len(labels) - 1) if ".".join(labels[i:]) in pop), None)
+            if hit is None:
+                unmatched.append(src.domain)
+                continue
+            if hit == d:
+                exact += 1
+            else:
+                parent.append((src.domain, hit))
+            replaced += src.popularity is not None
+            updates.append({"d": src.domain, "p": float(pop[hit])})
+        if updates:
+            conn.execute(sa.update(Source.__table__).where(Source.__table__.c.domain == sa.bindparam("d"))
+                         .values(popularity=sa.bindparam("p")), updates)
+    return {"sources": len(sources), "listed": len(pop), "matched_exact": exact, "matched_parent": parent,
+            "unmatched": unmatched, "replaced": int(replaced), "scale": kind}
+
+
 def import_sources(engine: Engine, path: str | Path, *, fictional: bool = False) -> int:
     """Import a source table: ``domain`` plus ``pc1`` or ``reliability`` (in [0, 1]), optional ``popularity``.
 
@@ -496,3 +570,50 @@ def export_trials(engine: Engine, design: str, *, llms: list[str] | None = None)
 def export_to_file(engine: Engine, design: str, out: str | Path) -> Path:
     df = export_trials(engine, design)
     return write_table(df, out)
+
+
+def export_stimuli(engine: Engine, design: str, path: str | Path) -> int:
+    """Write every planned request of ``design`` as JSON lines, one sample per line, in the shape
+    inspect_ai's ``json_dataset`` reads (``id``, ``input`` as chat messages, ``target``,
+    ``choices``, ``metadata``) and lm-evaluation-harness reads as a local ``json`` dataset.
+
+    Design B metadata carries the condition labels, the option letter -> state map and the
+    request's evidence graph (``facts``). A Design A posterior is the second turn of a
+    conversation: its ``input`` holds the prior's messages, an assistant turn ``{prior answer}``
+    that the harness replaces with the model's own prior answer, and the claim turn;
+    ``metadata.parent_id`` names the prior sample. Returns the number of lines written.
+    """
+    design = check_design(design)
+    p = Path(path)
+    if p.suffix.lower() != ".jsonl":
+        raise InputError("stimuli are written as JSON lines: give a file name ending in .jsonl", file=str(p))
+    with engine.connect() as conn:
+        rows = conn.execute(sa.select(Request).where(Request.design == design).order_by(Request.id)).mappings().all()
+        truth = dict(conn.execute(sa.select(Item.item_id, Item.truth)).all()) if design == "l2d" else {}
+    if not rows:
+        raise InputError(f"the database has no planned {design} requests; run `discern-stats design {design}` first")
+    priors = {r["key"]: json.loads(r["messages_json"]) for r in rows if r["stage"] == "prior"}
+    n = 0
+    tmp = p.with_name(p.name + ".tmp")
+    with open(tmp, "w", encoding="utf-8") as f:
+        for r in rows:
+            msgs = json.loads(r["messages_json"])
+            options = json.loads(r["options_json"] or "{}")
+            if design == "cue":
+                user = msgs[-1]["content"]
+                choices = [ln[3:] for ln in user.rsplit("\n\n", 1)[-1].splitlines()[1:] if ln[:3] in ("A. ", "B. ", "C. ", "D. ")]
+                meta = {k: r[k] for k in ("design", "world_id", "stratum", "intervention", "track", "probe", "condition",
+                                          "answer_format")}
+                meta.update(options=options, facts=json.loads(r["facts_json"]) if r["facts_json"] else None)
+                rec = {"id": r["key"], "input": msgs, "target": r["gold"] or "", "choices": choices, "metadata": meta}
+            else:
+                meta = {k: r[k] for k in ("design", "item_id", "strategy", "stage", "source", "factor", "claim",
+                                          "answer_format")}
+                meta.update(truth=truth.get(r["item_id"]), parent_id=r["parent_key"])
+                if r["stage"] == "posterior":
+                    msgs = priors.get(r["parent_key"], []) + [{"role": "assistant", "content": "{prior answer}"}] + msgs
+                rec = {"id": r["key"], "input": msgs, "target": "", "metadata": meta}
+            f.write(json.dumps(rec, ensure_ascii=False) + "\n")
+            n += 1
+    tmp.replace(p)
+    return n

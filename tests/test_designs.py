@@ -265,9 +265,9 @@ def test_design_cli_writes_idempotently(sqlite_url):
     assert "10 worlds; 680 planned requests (680 new)" in r.output
     r = runner.invoke(app, ["design", "cue", "--worlds", "10", "--interventions", "C0,C3", "--db", sqlite_url])
     assert "(0 new)" in r.output
-    r = runner.invoke(app, ["design", "l2d", "--strategies", "zero-shot,CoT", "--db", sqlite_url])
+    r = runner.invoke(app, ["design", "l2d", "--bank", "demo", "--strategies", "zero-shot,CoT", "--db", sqlite_url])
     assert r.exit_code == 0, r.output
-    assert "24 items x 6 sources per item; 1488 planned" in r.output
+    assert "24 items x 6 sources per item; 1,488 planned" in r.output
     r = runner.invoke(app, ["design", "cue", "--interventions", "C9", "--db", sqlite_url])
     assert r.exit_code == 2 and "unknown intervention 'C9'" in r.output
     reqs = ds.TrialDB(sqlite_url).table(Request)
@@ -285,6 +285,8 @@ def test_demo_runs_end_to_end(tmp_path):
     assert set(m.llm) == {"sim-credulous", "sim-source-sensitive", "sim-order-biased"}
     c = pd.read_csv(tmp_path / "d" / "contrasts.csv")
     assert len(c) == 48 and (c.family_size == 48).all()
+    items = pd.read_csv(tmp_path / "d" / "l2d_trials.csv").item_id.unique()
+    assert len(items) == 24 and all(i.startswith("gm-") for i in items)  # the real (Gapminder) item bank
     l2 = pd.read_csv(tmp_path / "d" / "l2d_metrics.csv")
     assert {"SD", "TD", "CD", "rel_propensity"} <= set(l2.metric)
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 from typing import Any
 
 import pandas as pd
@@ -11,42 +12,74 @@ from sqlalchemy.engine import Engine
 from ..db import Item, Request, Source, World, dumps, insert_ignore
 from ..errors import InputError
 from ..core.keys import cue_request_key
-from . import cue, l2d
+from . import cue, item_bank, l2d
 from ..core.vocab import FACTORS, INTERVENTIONS, STRATEGIES
 from .cue import build_worlds, check_world_seed, world_requests
 
 
-def design_l2d(engine: Engine, *, seed: int = 0, per_stratum: int = 1, strategies: tuple[str, ...] = STRATEGIES,
-               items: list[str] | None = None, use_demo: bool | None = None, factors: tuple[float, ...] = FACTORS) -> dict[str, int]:
-    """Plan Design A: priors and posteriors for every item in the database (or the demo bank).
+ITEM_BANKS = ("gapminder", "demo")
 
-    With ``use_demo`` (default: when the database has no items or no sources) the built-in
-    demo bank and the fictional demo sources are imported first.
+
+def _bank_rows(bank: str) -> list[dict[str, Any]]:
+    if bank == "gapminder":
+        df, tags = item_bank.gapminder_items(), ["topic", "era", "oecd", "oecd_then", "country", "year", "continent",
+                                                "source"]
+    elif bank == "demo":
+        df, tags = l2d.demo_items(), ["topic", "era", "oecd"]
+    else:
+        raise InputError(f"unknown item bank {bank!r}; expected one of {', '.join(ITEM_BANKS)}")
+    return [{"item_id": r["item_id"], "question": r["question"], "truth": float(r["truth"]),
+             "tags_json": dumps({t: r[t] for t in tags})} for r in df.to_dict("records")]
+
+
+def design_l2d(engine: Engine, *, seed: int = 0, per_stratum: int = 1, strategies: tuple[str, ...] = STRATEGIES,
+               items: list[str] | None = None, n_items: int | None = None, bank: str | None = None,
+               use_demo: bool | None = None, factors: tuple[float, ...] = FACTORS) -> dict[str, int]:
+    """Plan Design A: priors and posteriors for the items of the database or of a built-in bank.
+
+    ``bank``: "gapminder" (1,704 numeric country-year questions, `item_bank`) or "demo" (24 trivia
+    questions); by default the Gapminder bank is imported when the database has no items, and the
+    plan covers the database's items. ``n_items`` plans a stratified subset (era x OECD x topic).
+    Sources: the database's, or the fictional demo sources when it has fewer than 6 with a
+    popularity value (or with ``use_demo``, which also selects the demo bank).
     """
+    if use_demo:
+        bank = bank or "demo"
     with engine.connect() as conn:
-        n_items = conn.execute(sa.select(sa.func.count()).select_from(Item)).scalar()
+        n_db_items = conn.execute(sa.select(sa.func.count()).select_from(Item)).scalar()
         n_src = conn.execute(sa.select(sa.func.count()).select_from(Source).where(Source.popularity.is_not(None))).scalar()
-    if use_demo or (use_demo is None and (n_items == 0 or n_src < 6)):
-        from ..interchange import upsert_items, upsert_sources
-        di = l2d.demo_items()
-        upsert_items(engine, [{"item_id": r.item_id, "question": r.question, "truth": float(r.truth),
-                               "tags_json": dumps({"topic": r.topic, "era": r.era, "oecd": r.oecd})}
-                              for r in di.itertuples()])
+    if bank is None and n_db_items == 0:
+        bank = "gapminder"
+    from ..interchange import upsert_items, upsert_sources
+    bank_ids = None
+    if bank is not None:
+        rows = _bank_rows(bank)
+        upsert_items(engine, rows)
+        bank_ids = {r["item_id"] for r in rows}
+    fictional_sources = bool(use_demo) or (use_demo is None and n_src < 6)
+    if fictional_sources:
         upsert_sources(engine, [{"domain": r.domain, "reliability": float(r.reliability),
                                  "popularity": float(r.popularity), "pc1": None, "fictional": True}
                                 for r in l2d.demo_sources().itertuples()])
     with engine.connect() as conn:
-        it = pd.DataFrame(conn.execute(sa.select(Item.item_id, Item.question, Item.truth)).mappings().all())
+        it = pd.DataFrame(conn.execute(sa.select(Item.item_id, Item.question, Item.truth, Item.tags_json)).mappings().all())
         src = pd.DataFrame(conn.execute(sa.select(Source.domain, Source.reliability, Source.popularity,
                                                   Source.fictional)).mappings().all())
+    if bank_ids is not None:
+        it = it[it.item_id.isin(bank_ids)]
     if items:
         missing = sorted(set(items) - set(it.item_id))
         if missing:
             raise InputError(f"unknown item_id(s): {', '.join(missing[:5])}")
         it = it[it.item_id.isin(items)]
-    if use_demo:
+    if n_items is not None:
+        tags = pd.DataFrame([json.loads(t or "{}") for t in it.tags_json], index=it.index)
+        for col in ("era", "oecd", "topic"):
+            it[col] = tags[col] if col in tags else "untagged"
+        it = item_bank.stratified_items(it.fillna({"era": "untagged", "oecd": "untagged", "topic": "untagged"}),
+                                        n_items, seed=seed)
+    if fictional_sources:
         src = src[src.fictional]
-        it = it[it.item_id.str.startswith("demo-")]
     plan = l2d.build_requests(it, src, seed=seed, per_stratum=per_stratum, strategies=strategies, factors=factors)
     with engine.begin() as conn:
         n = insert_ignore(conn, Request, plan.requests, ["key"])
@@ -76,4 +109,4 @@ def design_cue(engine: Engine, *, seed: int = 0, n_worlds: int | None = None,
     return {"worlds": len(worlds), "planned": len(rows), "new": n}
 
 
-__all__ = ["design_l2d", "design_cue", "build_worlds", "world_requests", "cue", "l2d", "INTERVENTIONS", "STRATEGIES"]
+__all__ = ["design_l2d", "ITEM_BANKS", "item_bank", "design_cue", "build_worlds", "world_requests", "cue", "l2d", "INTERVENTIONS", "STRATEGIES"]
