@@ -139,3 +139,20 @@ def test_stimuli_export_for_other_harnesses(sqlite_url, tmp_path):
     assert "says the answer is" in post["input"][3]["content"] and post["metadata"]["truth"] > 0
     r = runner.invoke(app, ["export", "stimuli", "cue", "--out", str(tmp_path / "x.csv"), "--db", sqlite_url])
     assert r.exit_code == 2 and ".jsonl" in r.output
+
+
+def test_an_older_database_gains_the_facts_column_and_a_warning(sqlite_url):
+    import sqlalchemy as sa
+    from discern_stats.collect.runner import collect
+    from discern_stats.collect.spec import spec_from_dict
+    from discern_stats.designs import design_cue
+    db = ds.TrialDB(sqlite_url)
+    design_cue(db.engine, n_worlds=1)
+    with db.engine.begin() as conn:  # what a database planned before evidence graphs looks like
+        conn.execute(sa.text("ALTER TABLE request DROP COLUMN facts_json"))
+    db = ds.TrialDB(sqlite_url)  # opening it adds the column back, empty
+    assert ds.TrialDB(sqlite_url).table(Request).facts_json.isna().all()
+    spec = spec_from_dict({"name": "old", "design": "cue", "llms": [{"name": "s", "provider": "synthetic:credulous"}]})
+    with pytest.warns(UserWarning, match="48 planned Design B requests have no structured facts"):
+        res = collect(db, spec, progress=False)
+    assert res.done == 48

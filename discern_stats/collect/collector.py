@@ -163,6 +163,13 @@ class Collector:
                 user = json.loads(r.messages_json)[-1]["content"]
                 facts[text_key(user)] = (f'{{"facts": {r.facts_json}, "probe": {json.dumps(r.probe)}, '
                                          f'"intervention": {json.dumps(r.intervention)}, "options": {r.options_json}}}')
+            missing = conn.execute(sa.select(sa.func.count()).select_from(Request).where(
+                Request.design == "cue", Request.facts_json.is_(None))).scalar()
+            if missing:
+                import warnings
+                warnings.warn(f"{missing:,} planned Design B requests have no structured facts (planned by a version "
+                              f"before evidence graphs): the synthetic respondents answer them at random; plan them "
+                              f"again in a new database for simulated cue weights", stacklevel=2)
             return {"cue_facts": facts}
 
     async def run(self) -> CollectResult:
