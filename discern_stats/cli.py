@@ -461,7 +461,7 @@ def report_cmd(models_dir: Path = typer.Option(Path("models"), "--models", help=
             raise DiscernError(f"the database {tdb.url} holds no finished trials; collect some first "
                                f"(`discern-stats collect SPEC.yaml`) or run `discern-stats demo`")
         env = {"DISCERN_DB": tdb.url, "DISCERN_MODELS": str(models_dir.resolve()), "DISCERN_RESAMPLES": str(resamples)}
-        res = render(project, out_dir=out, env=env, force_fallback=fallback)
+        res = render(project, out_dir=out, env=env, force_fallback=fallback, progress=console.print)
     except DiscernError as exc:
         _fail(exc)
     console.print(f"renderer: {res.renderer}")

@@ -14,7 +14,6 @@ from .collect.spec import load_spec
 from .simulate.respondent import SIMULATOR_NOTE, get_profile, true_cue_weights
 from .designs import INTERVENTIONS, design_cue, design_l2d
 from .interchange import write_table
-from .stats import holm_contrasts, metrics
 from .trialdb import TrialDB
 
 DEMO_SPECS = ("demo_cue.yaml", "demo_l2d.yaml")
@@ -71,14 +70,21 @@ def run_demo(out: Path | str = "demo_out", *, worlds: int = 30, resamples: int =
                       f"({res.done - res.valid:,} invalid answers: unparseable, kept and excluded from the statistics) "
                       f"at {res.rate:.0f} req/s")
     files = {}
+    # metric tables through the report's cache (<models>/metric_tables, keyed by data hash): the
+    # report rendered below reads them instead of repeating every bootstrap
+    from .report.context import context as report_context
+    ctx = report_context(url, models_dir, resamples)
+    ctx.seed = seed
     for design in ("l2d", "cue"):
-        df = db.trials(design)
-        files[f"{design}_trials"] = write_table(df, out / f"{design}_trials.csv")
-        with console.status(f"metrics {design} ({resamples} bootstrap resamples)"):
-            files[f"{design}_metrics"] = write_table(metrics(design, df, n_resamples=resamples, seed=seed),
-                                                     out / f"{design}_metrics.csv")
-    cue = db.trials("cue")
-    files["contrasts"] = write_table(holm_contrasts(cue, n_resamples=resamples, seed=seed), out / "contrasts.csv")
+        t1 = time.perf_counter()
+        files[f"{design}_trials"] = write_table(ctx.trials(design), out / f"{design}_trials.csv")
+        with console.status(f"metrics {design} ({resamples:,} bootstrap resamples)"):
+            files[f"{design}_metrics"] = write_table(ctx.metrics(design), out / f"{design}_metrics.csv")
+        console.print(f"metrics {design}: {time.perf_counter() - t1:.0f} s ({resamples:,} bootstrap resamples)")
+    t1 = time.perf_counter()
+    cue = ctx.trials("cue")
+    files["contrasts"] = write_table(ctx.contrasts(), out / "contrasts.csv")
+    console.print(f"intervention contrasts (Holm family of {len(ctx.contrasts())}): {time.perf_counter() - t1:.0f} s")
     truth = []
     for llm in sorted(cue.llm.unique()):
         prof = get_profile(llm.removeprefix("sim-"))
@@ -114,10 +120,9 @@ def run_demo(out: Path | str = "demo_out", *, worlds: int = 30, resamples: int =
                           f"to render the report")
         else:
             from .report.render import render
-            with console.status("rendering the report"):
-                res = render(project, out_dir=out / "report", env={
-                    "DISCERN_DB": url, "DISCERN_MODELS": str(Path(models_dir).resolve()),
-                    "DISCERN_RESAMPLES": str(resamples)})
+            res = render(project, out_dir=out / "report", env={
+                "DISCERN_DB": url, "DISCERN_MODELS": str(Path(models_dir).resolve()),
+                "DISCERN_RESAMPLES": str(resamples)}, progress=console.print)
             console.print(f"report rendered by {res.renderer}")
             files["report"] = res.out_dir / "index.html"
     console.print(f"done in {time.perf_counter() - t0:.0f} s; outputs:")

@@ -7,6 +7,7 @@ import re
 import warnings
 from pathlib import Path
 
+import numpy as np
 import pandas as pd
 import pytest
 from typer.testing import CliRunner
@@ -46,7 +47,7 @@ def small_demo(tmp_path_factory):
 @pytest.mark.parametrize("page", PAGES)
 def test_each_page_executes(small_demo, page):
     env, _ = small_demo
-    meta, nb = execute_page(ROOT / "reports" / page, ROOT, env)
+    meta, nb = execute_page(ROOT / page, ROOT, env)
     assert meta["title"]
     errors = [o for c in nb.cells if c.cell_type == "code" for o in c.outputs if o.output_type == "error"]
     assert not errors
@@ -88,34 +89,108 @@ def rendered(small_demo):
     return {p.stem: p.read_text() for p in outs}
 
 
+def _visible_text(html: str) -> str:
+    """The text a reader sees: tags, styles and embedded images removed."""
+    import html as html_lib
+    html = re.sub(r"<style.*?</style>|<script.*?</script>", " ", html, flags=re.S)
+    return re.sub(r"\s+", " ", html_lib.unescape(re.sub(r"<[^>]+>", " ", html)))  # pandoc wraps lines
+
+
+RAW_CODES = ["text_order", "event_time", "recognition_HH", "recognition_LL", "order_at_08", "order_at_12",
+             "swap_if_recognised", "time_if_A_first", "rel_propensity", "truth_propensity", "abs_text_order",
+             "parse_failure", "api_error", "valid_rate", "count_single", "initial_state", "effect_pp", "p_holm",
+             "logit_mean", "hdi_lo"]
+
+
 def test_fallback_html_has_sections_tables_and_figures(rendered):
     assert set(rendered) == {Path(p).stem for p in PAGES}
     llms = [f"sim-{p}" for p in PROFILES]
     for name, html in rendered.items():
         assert "fallback renderer" in html and "Quarto was not on PATH" in html
         assert "<script src=" not in html  # self-contained
+        text = _visible_text(html)
+        raw = [c for c in RAW_CODES if c in text]
+        assert not raw, (name, raw)  # human labels everywhere a reader looks
+        for m in llms:  # every LLM named in a table or legend carries the simulator tag
+            assert text.count(m) == text.count(f"{m} (simulator)"), (name, m)
+    home = rendered["index"]
+    assert "At a glance" in home and "reports/discernment.html" in home
     a = rendered["discernment"]
-    assert "<h2" in a and "SD, TD and CD" in a and "random chance" in a
+    text = _visible_text(a)
+    assert "SD, TD and CD per prompt strategy" in text and "random chance" in text and "theoretical range" in text
+    assert text.index("Zero-shot") < text.index("Reliability rating") < text.index("All strategies pooled")
+    assert "CD (Correct Defense)" in text and "Sycophantic Cave" in text and "Good" in text and "Bad" in text
+    assert "OECD member: yes − no" in text  # the fixture's 8 demo items are all pre-internet: no era gap
+    assert "ρ(Δ, R): acting on R" in text and "ρ(Δ, R̂): execution" in text
     assert all(f"{m} (simulator)" in a for m in llms)
     assert embedded_images(a) == 2 and "Figure 1." in a and "Table 1." in a
     b = rendered["cue_profiles"]
-    assert embedded_images(b) == 4 and "Cue profiles (C0, core)" in b  # heat map, scatter, forest, recovery
-    for m in llms:
-        assert b.count(m) >= 3
+    text = _visible_text(b)
+    for stratum in ("Core", "All", "Structural", "Naturalized"):
+        assert f"Cue profile, {stratum} worlds" in text
+    assert all(h in text for h in ("Valid", "Rec.", "Sw.", "Text", "Time", "Ver."))
+    assert "Swap (history)" in text and "Text order, B at 08:00" in text
+    assert embedded_images(b) == 4  # heat map, scatter, forest, recovery
     i = rendered["interventions"]
-    assert "Holm" in i and "C4-C3" in i and embedded_images(i) == 1
-    assert len(re.findall(r"C2-C0", i)) >= 6  # 3 LLMs x 2 endpoints (All) in the table, plus Core rows
+    text = _visible_text(i)
+    assert "Holm" in text and "Flat − Base (C2−C0)" in text and "+Rule − Ledger (C4−C3)" in text
+    assert "* Holm-adjusted p < 0.05, ** < 0.01, *** < 0.001" in text
+    assert embedded_images(i) == 2  # the intervention profile and the contrast forest
     dq = rendered["data_quality"]
-    assert "parse_failure" in dq and embedded_images(dq) == 1
+    assert "unparseable" in _visible_text(dq) and embedded_images(dq) == 1
     dg = rendered["diagnostics"]
-    assert "NOT CONVERGED" in dg and "max R-hat" in dg
+    assert "NOT CONVERGED" in dg and "max R-hat" in dg and embedded_images(dg) == 3  # a rank plot per saved fit
+
+
+def test_unconverged_fits_are_flagged_where_their_numbers_appear(rendered):
+    """The fixture's fits are deliberately short (150 draws): every table built on them says so."""
+    for page, n in (("cue_profiles", 1), ("interventions", 1), ("index", 3)):
+        assert _visible_text(rendered[page]).count("NOT CONVERGED") >= n, page
 
 
 def test_known_weights_beside_recovered(rendered):
-    b = rendered["cue_profiles"]
-    assert "true logit (simulator)" in b and "inside 94% HDI" in b
-    # the table lists each simulator's true source-sensitive history weight (3.00)
-    assert "3.00" in b
+    text = _visible_text(rendered["cue_profiles"])
+    assert "Cue weights from the hierarchical model" in text and "(true 3.00" in text  # source-sensitive history weight
+    assert "C0 Base" in text and "C4 +Rule" in text
+
+
+def test_holm_stars_in_the_compact_contrast_table(small_demo, monkeypatch):
+    from discern_stats import report as R
+    env, _ = small_demo
+    ctx = R.context(env["DISCERN_DB"], env["DISCERN_MODELS"], int(env["DISCERN_RESAMPLES"]))
+    c = ctx.contrasts().copy()
+    c["p_holm"] = np.resize([0.0004, 0.004, 0.04, 0.4], len(c))
+    monkeypatch.setattr(type(ctx), "contrasts", lambda self: c)
+    cells = R.tables.contrasts_compact_frame(ctx).drop(columns=["group", "LLM"]).to_numpy().ravel()
+    ends = [x.split("]")[-1] for x in cells]
+    assert {"***", "**", "*", ""} == set(ends)
+    assert [R.tables.holm_stars(p) for p in (0.0009, 0.001, 0.0099, 0.049, 0.05, np.nan)] == ["***", "**", "**", "*", "",
+                                                                                               ""]
+    html = R.tables.contrasts_table(ctx).as_raw_html()
+    assert "]***" in html.replace("\u00a0", " ")
+
+
+def test_two_databases_render_their_own_numbers(small_demo, tmp_path):
+    """Rendering for another database never shows the first one's numbers (no frozen pages, the
+    metric cache keyed by data hash)."""
+    env, d = small_demo
+    url2 = f"sqlite:///{tmp_path / 'other.db'}"
+    db2 = ds.TrialDB(url2)
+    design_cue(db2.engine, n_worlds=6, seed=3)
+    collect(db2, spec_from_dict({"name": "c", "design": "cue", "llms": [{"name": "sim-credulous",
+                                                                         "provider": "synthetic:credulous"}]}),
+            progress=False)
+    pages = ["index.qmd", "reports/cue_profiles.qmd"]
+    shared_cache = {"DISCERN_CACHE": str(tmp_path / "cache")}
+    one = fallback_render(ROOT, tmp_path / "one", {**env, **shared_cache}, pages=pages)
+    two = fallback_render(ROOT, tmp_path / "two", {**env, **shared_cache, "DISCERN_DB": url2,
+                                                   "DISCERN_MODELS": str(tmp_path / "no-models")}, pages=pages)
+    t1, t2 = (_visible_text(p.read_text()) for p in (one[0], two[0]))
+    assert env["DISCERN_DB"] in t1 and url2 in t2 and url2 not in t1
+    assert "288 finished trials of 288 planned" in t2  # 6 worlds x 48 requests, one LLM
+    c1, c2 = (_visible_text(p.read_text()) for p in (one[1], two[1]))
+    assert "Cue profile, Core worlds (5)" in c1 and "Cue profile, Core worlds (4)" in c2
+    assert "sim-order-biased" in c1 and "sim-order-biased" not in c2
 
 
 def test_report_command_says_which_renderer(small_demo, tmp_path, monkeypatch):
@@ -125,7 +200,8 @@ def test_report_command_says_which_renderer(small_demo, tmp_path, monkeypatch):
                                  "--resamples", "50", "--out", str(tmp_path / "site"), "--project", str(ROOT)])
     assert r.exit_code == 0, r.output
     assert "renderer: fallback (nbclient + pandoc)" in r.output
-    assert (tmp_path / "site" / "index.html").exists()
+    assert (tmp_path / "site" / "index.html").exists() and (tmp_path / "site" / "reports" / "discernment.html").exists()
+    assert "[3/7] reports/discernment.qmd:" in r.output and "rendered 7 pages in" in r.output  # progress per page
 
 
 def test_metric_tables_are_cached_per_data_hash(tmp_path):

@@ -33,12 +33,12 @@ def test_gapminder_bank_matches_its_source_file():
                                                       "inflation-adjusted US dollars?")
     assert q["gm-united-states-population-2007"] == "What was the population of the United States in 2007?"
     # era split at 1993 and OECD tags
-    assert set(items.loc[items.year < 1993, "era"]) == {"pre-internet"} and set(items.loc[items.year > 1993, "era"]) == {"internet"}
+    assert set(items.loc[items.year < 1993, "era"]) == {"pre-internet"} and set(items.loc[items.year > 1993, "era"]) == {"post-internet"}
     oecd = items.drop_duplicates("country").set_index("country").oecd
     assert oecd["Japan"] == "yes" and oecd["Chile"] == "yes" and oecd["Brazil"] == "no" and (oecd == "yes").sum() == 34
     then = items.set_index("item_id").oecd_then
     assert then["gm-mexico-population-1982"] == "no" and then["gm-mexico-population-1997"] == "yes"
-    assert items.source.str.contains("CC BY 4.0").all()
+    assert items.data_source.str.contains("CC BY 4.0").all()
 
 
 def test_stratified_subset_is_even_and_seeded():

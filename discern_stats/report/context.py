@@ -56,6 +56,22 @@ class ReportContext:
                 resamples=self.resamples, seed=self.seed) if len(df) else pd.DataFrame()
         return self._cache[key]
 
+    def subgroup_gaps(self, tag: str) -> pd.DataFrame:
+        """Design A subgroup gaps for an item tag with two levels (empty when the items lack it)."""
+        key = f"gaps:{tag}"
+        if key not in self._cache:
+            from ..stats.l2d import subgroup_gaps
+            from .cache import cached_table
+            df = self.trials("l2d")
+            if len(df) == 0 or tag not in df.columns or df[tag].dropna().nunique() != 2:
+                self._cache[key] = pd.DataFrame()
+            else:
+                self._cache[key] = cached_table(
+                    self.cache_dir, f"gaps_{tag}", df,
+                    lambda: subgroup_gaps(df, tag, n_resamples=self.resamples, seed=self.seed),
+                    resamples=self.resamples, seed=self.seed)
+        return self._cache[key]
+
     def contrasts(self) -> pd.DataFrame:
         if "contrasts" not in self._cache:
             from ..stats import holm_contrasts
@@ -83,6 +99,22 @@ class ReportContext:
             except (FileNotFoundError, StaleFitError, ValueError) as exc:
                 self._cache[key] = None
                 self._cache[f"model_error:{kind}"] = str(exc)
+        return self._cache[key]
+
+    def summary(self, kind: str) -> pd.DataFrame | None:
+        """The saved fit's summary table (None without a fit), computed once per fit: cached by the
+        fit's saved manifest (model, config, data hash, sampler settings, time saved) and the bayes
+        source code."""
+        key = f"summary:{kind}"
+        if key not in self._cache:
+            m = self.model(kind)
+            if m is None:
+                self._cache[key] = None
+            else:
+                from .cache import cached_table
+                saved = self.models_dir / f"{m.name}.json"  # the manifest as saved with the fit
+                ident = pd.DataFrame({"manifest": [saved.read_text() if saved.is_file() else repr(m.manifest())]})
+                self._cache[key] = cached_table(self.cache_dir, f"summary_{kind}", ident, m.summary, code="bayes")
         return self._cache[key]
 
     def model_error(self, kind: str) -> str | None:

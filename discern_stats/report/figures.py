@@ -13,9 +13,11 @@ import matplotlib.pyplot as plt  # noqa: E402
 import numpy as np  # noqa: E402
 import pandas as pd  # noqa: E402
 
+from ..core.vocab import (CONTRAST_ENDPOINT_LABELS, CUE_METRIC_LABELS, INTERVENTION_NAMES,  # noqa: E402
+                          INTERVENTIONS, STRATUM_LABELS)
 from ..stats.l2d import OUTCOMES  # noqa: E402
 from .context import ReportContext  # noqa: E402
-from .tables import CUE_EFFECTS, _llm_label  # noqa: E402
+from .tables import CUE_EFFECTS, _llm_label, fit_flag  # noqa: E402
 
 COLORS = ["#1b9e77", "#66a61e", "#7570b3", "#d95f02", "#e7298a"]
 
@@ -35,6 +37,13 @@ def _empty(msg: str):
     ax.text(0.5, 0.5, msg, ha="center", va="center")
     ax.axis("off")
     return fig
+
+
+def _flag(fig, ctx: ReportContext, kind: str) -> None:
+    """Put a fit's convergence warning on the figure that shows its numbers."""
+    flag = fit_flag(ctx, kind)
+    if flag:
+        fig.suptitle(flag, color="#b00020", fontsize=9)
 
 
 def _cue_slice(ctx: ReportContext, intervention: str, stratum: str, metrics: list[str] | None = None):
@@ -92,7 +101,7 @@ def popularity_vs_reliability(ctx: ReportContext):
     ax.invert_yaxis()  # first LLM on top, as in the right panel
     ax.legend(fontsize=8)
     if model is not None:
-        s = model.summary()
+        s = ctx.summary("discernment")
         s = s[s.term == "popularity - reliability"]
         ax2 = axes[0, 1]
         groups = [g for g in dict.fromkeys(s.group) if g != "(mean over groups)"] + ["(mean over groups)"]
@@ -108,6 +117,7 @@ def popularity_vs_reliability(ctx: ReportContext):
         ax2.legend(fontsize=8, loc="lower right")
         ax2.axvline(0, color="grey", lw=0.8, ls="--")
     fig.tight_layout()
+    _flag(fig, ctx, "discernment")
     return fig
 
 
@@ -121,7 +131,7 @@ def cue_heatmap(ctx: ReportContext, intervention: str = "C0", stratum: str = "co
     lab = _llm_label(ctx)
     fig, ax = plt.subplots(figsize=(1.0 * w.shape[1] + 2.5, 0.6 * len(w) + 1.5))
     im = ax.imshow(w.to_numpy(), cmap="RdBu_r", vmin=-100, vmax=100, aspect="auto")
-    ax.set_xticks(range(w.shape[1]), w.columns, rotation=35, ha="right")
+    ax.set_xticks(range(w.shape[1]), [CUE_METRIC_LABELS.get(c, c) for c in w.columns], rotation=35, ha="right")
     ax.set_yticks(range(len(w)), [lab.get(i, i) for i in w.index])
     for i in range(w.shape[0]):
         for j in range(w.shape[1]):
@@ -171,9 +181,10 @@ def effect_forest(ctx: ReportContext, stratum: str = "core", intervention: str =
         y = np.arange(len(d))
         ax.errorbar(d.estimate, y, xerr=[d.estimate - d.lo, d.hi - d.estimate], fmt="o", capsize=3, color=COLORS[2])
         ax.axvline(0, color="grey", lw=0.8, ls="--")
-        ax.set_yticks(y, d.index)
+        ax.set_yticks(y, [CUE_METRIC_LABELS.get(c, c) for c in d.index])
         ax.set_title(lab.get(llm, llm), fontsize=9)
         ax.set_xlabel("pp (95% CI)")
+    axes[0, 0].invert_yaxis()  # the first effect on top (the panels share y: invert once)
     fig.tight_layout()
     return fig
 
@@ -186,10 +197,11 @@ def weights_recovery(ctx: ReportContext):
     if s.empty:
         return _empty("no saved cue-weight fit")
     s = s[s.intervention == s.intervention.iloc[0]]
+    lab = _llm_label(ctx)
     fig, ax = plt.subplots(figsize=(6, 5))
     for i, (llm, d) in enumerate(s.groupby("llm")):
         ax.errorbar(d["true logit (simulator)"], d.logit_mean, yerr=[d.logit_mean - d.logit_hdi_lo,
-                    d.logit_hdi_hi - d.logit_mean], fmt="o", capsize=3, color=COLORS[i % 5], label=llm)
+                    d.logit_hdi_hi - d.logit_mean], fmt="o", capsize=3, color=COLORS[i % 5], label=lab.get(llm, llm))
     lim = [min(s.logit_hdi_lo.min(), s["true logit (simulator)"].min()) - 0.3,
            max(s.logit_hdi_hi.max(), s["true logit (simulator)"].max()) + 0.3]
     ax.plot(lim, lim, color="grey", lw=0.8, ls="--")
@@ -197,50 +209,92 @@ def weights_recovery(ctx: ReportContext):
     ax.set_ylabel("posterior mean and 94% HDI (logit)")
     ax.legend(fontsize=8)
     fig.tight_layout()
+    _flag(fig, ctx, "cue")
     return fig
 
 
 @_closed
 def contrast_forest(ctx: ReportContext):
     """Intervention contrasts: bootstrap 95% CI (circles) beside the posterior 94% HDI (squares)."""
-    from .tables import contrasts_frame
+    from .tables import _contrast_label, contrasts_frame, holm_stars
     c = contrasts_frame(ctx)
     if c.empty:
         return _empty("no intervention arms collected")
     c = c[c.scope == "all"]
-    fig, axes = plt.subplots(1, 2, figsize=(11, 0.35 * len(c) / 2 + 2), sharey=True)
+    lab = _llm_label(ctx)
+    fig, axes = plt.subplots(1, 2, figsize=(12, 0.35 * len(c) / 2 + 2.2), sharey=True)
     for ax, ep in zip(axes, ("swap", "abs_text_order")):
         d = c[c.endpoint == ep].reset_index(drop=True)
-        labels = [f"{r.llm} {r.contrast}" for r in d.itertuples()]
+        labels = [f"{lab.get(r.llm, r.llm)}: {_contrast_label(r.contrast)}" for r in d.itertuples()]
         y = np.arange(len(d))
         ax.errorbar(d.estimate, y - 0.12, xerr=[d.estimate - d.lo, d.hi - d.estimate], fmt="o", capsize=2,
                     color=COLORS[0], label="bootstrap 95% CI")
         if "posterior_mean" in d:
             ax.errorbar(d.posterior_mean, y + 0.12, xerr=[d.posterior_mean - d.hdi_lo, d.hdi_hi - d.posterior_mean],
                         fmt="s", capsize=2, color=COLORS[2], label="posterior 94% HDI")
-        for yy, rej in zip(y, d.reject):
-            if rej:
-                ax.text(ax.get_xlim()[1], yy, " *", va="center")
+        for yy, p in zip(y, d.p_holm):
+            if holm_stars(p):
+                ax.text(ax.get_xlim()[1], yy, " " + holm_stars(p), va="center")
         ax.axvline(0, color="grey", lw=0.8, ls="--")
         ax.set_yticks(y, labels, fontsize=7)
-        ax.set_title("swap effect" if ep == "swap" else "|text-order effect|")
+        ax.set_title(CONTRAST_ENDPOINT_LABELS[ep] + ", All worlds", fontsize=10)
         ax.set_xlabel("difference (pp)")
+    axes[0].invert_yaxis()  # first LLM on top (the axes share y: invert once)
     axes[0].legend(fontsize=7)
     fig.tight_layout()
+    _flag(fig, ctx, "intervention")
     return fig
 
 
 @_closed
-def rank_plot(ctx: ReportContext, kind: str = "cue", var_names: tuple[str, ...] = ("tau",)):
-    """ArviZ rank plots of hyper-parameters of a saved fit (uniform ranks = good mixing)."""
+def intervention_profile(ctx: ReportContext, stratum: str = "all",
+                         effects: tuple[str, ...] = ("swap", "text_order", "event_time", "Q", "I")):
+    """seed 001 Fig. 5: each LLM's cue effects across C0-C4 (95% whole-world bootstrap intervals)."""
+    m = ctx.metrics("cue")
+    if m.empty:
+        return _empty("no Design B trials")
+    m = m[(m.stratum == stratum) & m.metric.isin(effects)]
+    ivs = [iv for iv in INTERVENTIONS if iv in set(m.intervention)]
+    llms = sorted(m.llm.unique())
+    lab = _llm_label(ctx)
+    fig, axes = plt.subplots(1, len(llms), figsize=(3.6 * len(llms) + 0.5, 3.8), sharey=True, squeeze=False)
+    x = np.arange(len(ivs))
+    for ax, llm in zip(axes[0], llms):
+        for j, (eff, c) in enumerate(zip(effects, COLORS)):
+            d = m[(m.llm == llm) & (m.metric == eff)].set_index("intervention").reindex(ivs)
+            off = (j - (len(effects) - 1) / 2) * 0.08
+            ax.errorbar(x + off, d.estimate, yerr=[d.estimate - d.lo, d.hi - d.estimate], fmt="-o", ms=4, capsize=2,
+                        color=c, lw=1, label=CUE_METRIC_LABELS.get(eff, eff))
+        ax.axhline(0, color="grey", lw=0.8, ls="--")
+        ax.set_xticks(x, [f"{iv}\n{INTERVENTION_NAMES[iv]}" for iv in ivs], fontsize=8)
+        ax.set_title(lab.get(llm, llm), fontsize=9)
+    axes[0, 0].set_ylabel(f"effect on P(choose B), pp ({STRATUM_LABELS[stratum]} worlds)")
+    axes[0, -1].legend(fontsize=7, loc="center left", bbox_to_anchor=(1.02, 0.5))
+    fig.tight_layout()
+    return fig
+
+
+RANK_VARS = {"cue": ("tau",), "intervention": ("tau",), "discernment": ("move_tau", "fraction_tau")}
+
+
+@_closed
+def rank_plot(ctx: ReportContext, kind: str = "cue", var_names: tuple[str, ...] | None = None):
+    """ArviZ rank plots of a saved fit's between-group scales (uniform ranks = good mixing)."""
     import arviz as az
     m = ctx.model(kind)
     if m is None:
         return _empty(f"no saved {kind} fit")
-    present = [v for v in var_names if v in m.idata["posterior"].data_vars]
+    present = [v for v in (var_names or RANK_VARS.get(kind, ("tau",))) if v in m.idata["posterior"].data_vars]
     pc = az.plot_rank(m.idata, var_names=present)
     ax = np.asarray(pc.viz["plot"][present[0]].values).flat[0]  # ArviZ 1.x: a PlotCollection
-    return ax.figure
+    fig = ax.figure
+    for a in fig.axes:  # one panel per coordinate: short titles, room between rows
+        a.set_title(a.get_title().replace("\n", " "), fontsize=7)
+        a.tick_params(labelsize=7)
+    fig.set_size_inches(max(fig.get_size_inches()[0], 9), max(fig.get_size_inches()[1], 2.2 * np.ceil(len(fig.axes) / 4)))
+    fig.tight_layout(h_pad=1.6)
+    _flag(fig, ctx, kind)
+    return fig
 
 
 @_closed
@@ -249,8 +303,9 @@ def latency_hist(ctx: ReportContext):
     if log.empty or log.latency_ms.isna().all():
         return _empty("no latency recorded (imported trials)")
     fig, ax = plt.subplots(figsize=(6, 3))
+    lab = _llm_label(ctx)
     for i, (llm, d) in enumerate(log.groupby("llm")):
-        ax.hist(d.latency_ms.dropna(), bins=40, alpha=0.6, color=COLORS[i % 5], label=llm)
+        ax.hist(d.latency_ms.dropna(), bins=40, alpha=0.6, color=COLORS[i % 5], label=lab.get(llm, llm))
     ax.set_xlabel("latency per trial (ms)")
     ax.set_ylabel("trials")
     ax.legend(fontsize=8)

@@ -8,6 +8,7 @@ options as Quarto would. It says which renderer ran; it never imitates Quarto's 
 
 from __future__ import annotations
 
+import contextlib
 import html
 import os
 import re
@@ -20,8 +21,9 @@ from pathlib import Path
 import nbformat
 import yaml
 
-PAGES = ["index.qmd", "discernment.qmd", "cue_profiles.qmd", "interventions.qmd", "diagnostics.qmd",
-         "data_quality.qmd"]
+# the pages, relative to the project root, in navigation order (the same list as _quarto.yml's render)
+PAGES = ["index.qmd", "reports/overview.qmd", "reports/discernment.qmd", "reports/cue_profiles.qmd",
+         "reports/interventions.qmd", "reports/diagnostics.qmd", "reports/data_quality.qmd"]
 _CELL = re.compile(r"^```\{python\}[^\n]*\n(.*?)^```\s*$", re.S | re.M)
 
 
@@ -69,11 +71,11 @@ def qmd_to_notebook(path: Path) -> tuple[dict, nbformat.NotebookNode]:
     return meta, nb
 
 
-def execute_page(path: Path, cwd: Path, env: dict[str, str] | None = None, timeout: int = 900) -> tuple[dict, nbformat.NotebookNode]:
-    """Execute every code cell of a .qmd page in a fresh Jupyter kernel; raise on the first error."""
+@contextlib.contextmanager
+def page_kernel(cwd: Path, env: dict[str, str] | None = None):
+    """One Jupyter kernel (local sockets) with ``env`` set, started in ``cwd``, stopped on exit.
+    Pages executed in it share imported modules, not variables (`execute_page` resets them)."""
     from jupyter_client.manager import KernelManager
-    from nbclient import NotebookClient
-    meta, nb = qmd_to_notebook(path)
     old = {k: os.environ.get(k) for k in (env or {})}
     os.environ.update(env or {})
     # local sockets, not unencrypted TCP; an absolute socket path, since the kernel runs in ``cwd``
@@ -81,8 +83,8 @@ def execute_page(path: Path, cwd: Path, env: dict[str, str] | None = None, timeo
     sockets = tempfile.TemporaryDirectory(prefix="discern-kernel-")
     km = KernelManager(kernel_name="python3", transport="ipc", ip=os.path.join(sockets.name, "ipc"))
     try:
-        NotebookClient(nb, km=km, timeout=timeout, kernel_name="python3",
-                       resources={"metadata": {"path": str(cwd)}}).execute()
+        km.start_kernel(cwd=str(cwd))
+        yield km
     finally:
         if km.has_kernel:  # nbclient leaves a kernel manager it was given running: stop the kernel here
             km.shutdown_kernel(now=True)
@@ -92,6 +94,25 @@ def execute_page(path: Path, cwd: Path, env: dict[str, str] | None = None, timeo
                 os.environ.pop(k, None)
             else:
                 os.environ[k] = v
+
+
+_RESET = "%reset -f\nimport matplotlib.pyplot as _plt\n_plt.close('all')\ndel _plt"
+
+
+def execute_page(path: Path, cwd: Path, env: dict[str, str] | None = None, timeout: int = 900,
+                 km=None) -> tuple[dict, nbformat.NotebookNode]:
+    """Execute every code cell of a .qmd page in a Jupyter kernel; raise on the first error.
+    With ``km`` (from `page_kernel`) the page runs in that kernel after a reset of its variables;
+    without, in a fresh kernel of its own."""
+    from nbclient import NotebookClient
+    if km is None:
+        with page_kernel(cwd, env) as own:
+            return execute_page(path, cwd, None, timeout, own)
+    meta, nb = qmd_to_notebook(path)
+    nb.cells.insert(0, nbformat.v4.new_code_cell(_RESET))
+    NotebookClient(nb, km=km, timeout=timeout, kernel_name="python3",
+                   resources={"metadata": {"path": str(cwd)}}).execute()
+    nb.cells.pop(0)
     return meta, nb
 
 
@@ -146,30 +167,70 @@ CSS = """body{max-width:1100px;margin:2em auto;font-family:system-ui,sans-serif;
 nav a{margin-right:1em}.renderer{color:#777;font-size:.85em;border-top:1px solid #ddd;margin-top:3em}"""
 
 
-def fallback_render(project: Path, out_dir: Path, env: dict[str, str] | None = None,
-                    pages: list[str] | None = None) -> list[Path]:
+def _nav_labels(project: Path, pages: list[str]) -> dict[str, str]:
+    """Navigation labels from _quarto.yml's navbar (one place), else the page's file name."""
+    labels = {"index.qmd": "Home"}
+    try:
+        conf = yaml.safe_load((project / "_quarto.yml").read_text())
+        for item in conf["website"]["navbar"]["left"]:
+            labels[item["href"]] = item["text"]
+    except (OSError, KeyError, TypeError, yaml.YAMLError):
+        pass
+    return {p: labels.get(p, Path(p).stem.replace("_", " ")) for p in pages}
+
+
+def _render_page(project: Path, out_dir: Path, page: str, nav_pages: list[str], labels: dict[str, str], css: Path,
+                 km) -> Path:  # noqa: ANN001
+    """Execute one page in the kernel ``km`` and write its self-contained HTML."""
     import pypandoc
+    from nbclient.exceptions import CellExecutionError
+
+    from ..errors import DiscernError
+    target = out_dir / Path(page).with_suffix(".html")
+    target.parent.mkdir(parents=True, exist_ok=True)
+    nav = " ".join(f"<a href='{os.path.relpath(out_dir / Path(q).with_suffix('.html'), target.parent)}'>"
+                   f"{html.escape(labels[q])}</a>" for q in nav_pages)
+    try:
+        meta, nb = execute_page(project / page, project, km=km)
+    except CellExecutionError as exc:  # a failing cell: one line naming the page and the error
+        raise DiscernError(f"report page {page}: a cell failed: {exc.ename}: {exc.evalue}") from None
+    md = f"<nav>{nav}</nav>\n\n" + notebook_to_markdown(meta, nb) + \
+        "\n\n<p class='renderer'>Rendered by the discern_stats fallback renderer (Jupyter kernel + pandoc); " \
+        "Quarto was not on PATH.</p>"
+    pypandoc.convert_text(md, "html", format="markdown+raw_html", outputfile=str(target),
+                          extra_args=["--standalone", "--embed-resources", f"--css={css}",
+                                      f"--metadata=title:{meta.get('title', Path(page).stem)}"])
+    return target
+
+
+def fallback_render(project: Path, out_dir: Path, env: dict[str, str] | None = None,
+                    pages: list[str] | None = None, progress=None) -> list[Path]:
+    """Execute and write every page, mirroring Quarto's layout (``index.html``, ``reports/*.html``).
+    All pages run in one kernel (imports are paid once; variables are reset between pages).
+    ``progress(message)`` is called before and after each page (the CLI prints it)."""
+    import time
     out_dir.mkdir(parents=True, exist_ok=True)
     pages = pages or PAGES
-    nav = " ".join(f"<a href='{Path(p).with_suffix('.html').name}'>{Path(p).stem.replace('_', ' ')}</a>" for p in pages)
-    outs = []
+    labels = _nav_labels(project, pages)
     css = out_dir / "report.css"
     css.write_text(CSS)
-    for p in pages:
-        meta, nb = execute_page(project / "reports" / p, project, env)
-        md = f"<nav>{nav}</nav>\n\n" + notebook_to_markdown(meta, nb) + \
-            "\n\n<p class='renderer'>Rendered by the discern_stats fallback renderer (Jupyter kernel + pandoc); " \
-            "Quarto was not on PATH.</p>"
-        target = out_dir / Path(p).with_suffix(".html").name
-        pypandoc.convert_text(md, "html", format="markdown+raw_html", outputfile=str(target),
-                              extra_args=["--standalone", "--embed-resources", f"--css={css}",
-                                          f"--metadata=title:{meta.get('title', Path(p).stem)}"])
-        outs.append(target)
+    outs = []
+    t_all = time.perf_counter()
+    with page_kernel(project, env) as km:
+        for k, p in enumerate(pages, start=1):
+            t0 = time.perf_counter()
+            if progress:
+                progress(f"[{k}/{len(pages)}] {p} ...")
+            outs.append(_render_page(project, out_dir, p, pages, labels, css, km))
+            if progress:
+                progress(f"[{k}/{len(pages)}] {p}: {time.perf_counter() - t0:.1f} s")
+    if progress:
+        progress(f"rendered {len(pages)} pages in {time.perf_counter() - t_all:.1f} s")
     return outs
 
 
 def render(project: str | Path = ".", *, out_dir: str | Path | None = None, env: dict[str, str] | None = None,
-           force_fallback: bool = False) -> RenderResult:
+           force_fallback: bool = False, progress=None) -> RenderResult:
     """Render the reports: Quarto if available (the documented path), else the fallback."""
     project = Path(project).resolve()
     quarto = shutil.which("quarto")
@@ -179,7 +240,7 @@ def render(project: str | Path = ".", *, out_dir: str | Path | None = None, env:
                        env={**os.environ, **(env or {})})
         return RenderResult("quarto", sorted(out.glob("**/*.html")), out)
     out = Path(out_dir) if out_dir else project / "_site"
-    return RenderResult("fallback (nbclient + pandoc)", fallback_render(project, out, env), out)
+    return RenderResult("fallback (nbclient + pandoc)", fallback_render(project, out, env, progress=progress), out)
 
 
 def embedded_images(html_text: str) -> int:

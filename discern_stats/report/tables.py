@@ -5,13 +5,27 @@ from __future__ import annotations
 
 import numpy as np
 import pandas as pd
-from great_tables import GT
+from great_tables import GT, loc, style
 
+from ..core.vocab import (CONTRAST_ENDPOINT_LABELS, CUE_LABELS, CUE_METRIC_LABELS, INTERVENTION_NAMES,
+                          INTERVENTIONS, L2D_METRIC_LABELS, L2D_RANGES, PAPER_PROFILE, STRATEGIES, STRATUM_LABELS,
+                          STRATUM_SETS)
 from ..simulate.respondent import get_profile, true_cue_weights
-from ..stats.l2d import CHANCE
+from ..stats.l2d import CHANCE, CLAIM_AGREES, OUTCOME_GROUPS
 from .context import ReportContext
 
 SIM = " (simulator)"
+NBSP = "\u00a0"  # inside an interval, so it never wraps within its brackets
+
+
+def _gt(df: pd.DataFrame, **kw) -> GT:
+    """A great_tables table whose row labels (the stub, or an 'LLM' column) never wrap."""
+    t = GT(df, **kw)
+    if kw.get("rowname_col"):
+        t = t.tab_style(style.text(whitespace="nowrap"), loc.stub())
+    elif "LLM" in df.columns:
+        t = t.tab_style(style.text(whitespace="nowrap"), loc.body(columns="LLM"))
+    return t
 
 
 def _llm_label(ctx: ReportContext) -> dict[str, str]:
@@ -20,73 +34,180 @@ def _llm_label(ctx: ReportContext) -> dict[str, str]:
 
 
 def _ci(est: float, lo: float, hi: float, digits: int = 3) -> str:
+    """'est [lo, hi]' with non-breaking spaces: an interval never wraps inside its brackets."""
     if pd.isna(est):
         return "–"
     if pd.isna(lo):
-        return f"{est:.{digits}f}"
-    return f"{est:.{digits}f} [{lo:.{digits}f}, {hi:.{digits}f}]"
+        return f"{est:,.{digits}f}"
+    return f"{est:,.{digits}f}{NBSP}[{lo:,.{digits}f},{NBSP}{hi:,.{digits}f}]"
+
+
+DESIGN_LABELS = {"l2d": "Design A (discernment)", "cue": "Design B (cue worlds)"}
+STATUS_LABELS = {"ok": "valid", "parse_failure": "unparseable", "refusal": "refused",
+                 "api_error": "API error after retries", "imported": "imported", "pending": "not yet run",
+                 "claimed": "in progress"}
+MODEL_LABELS = {"cue": "Cue weights", "discernment": "Discernment", "intervention": "Intervention contrasts"}
 
 
 def overview_frame(ctx: ReportContext) -> pd.DataFrame:
     info = ctx.db.info()
-    rows = [{"design": e["design"], "LLM": e["llm"] + (SIM if e["simulator"] else ""), "planned": e["planned"],
-             "done": e["done"], "valid": e["valid"],
+    rows = [{"design": DESIGN_LABELS.get(e["design"], e["design"]), "LLM": e["llm"] + (SIM if e["simulator"] else ""),
+             "planned": e["planned"], "done": e["done"], "valid": e["valid"],
              "valid %": np.nan if e["validity_rate"] is None else 100 * e["validity_rate"]} for e in info["per_llm"]]
     return pd.DataFrame(rows)
 
 
 def overview_table(ctx: ReportContext) -> GT:
     df = overview_frame(ctx)
-    return (GT(df).tab_header("Trials per design and LLM", "valid % = valid answers / finished trials")
-            .fmt_number(columns=["valid %"], decimals=1).fmt_integer(columns=["planned", "done", "valid"]))
+    return (_gt(df, rowname_col="LLM", groupname_col="design")
+            .tab_header("Trials per design and LLM", "valid % = valid answers / finished trials")
+            .cols_label(done="finished").fmt_number(columns=["valid %"], decimals=1)
+            .fmt_integer(columns=["planned", "done", "valid"]))
 
 
-L2D_ORDER = ["SD", "TD", "CD", "rel_propensity", "truth_propensity", "rho_pop"]
-L2D_NAMES = {"SD": "SD ρ(Δ, R)", "TD": "TD ρ(Δ, I)", "CD": "CD (Correct Defense)", "rel_propensity": "Reliability propensity",
-             "truth_propensity": "Truth propensity", "rho_pop": "ρ(Δ, popularity)"}
+STRATEGY_LABELS = {"zero-shot": "Zero-shot", "CoT": "Chain of thought", "Reliability": "Reliability rating",
+                   "Bayesian": "Bayesian", "Defense": "Defense", "(all)": "All strategies pooled"}
+L2D_ORDER = ["SD", "TD", "CD", "rel_propensity", "truth_propensity"]
+L2D_NAMES = {k: L2D_METRIC_LABELS[k] for k in L2D_ORDER}
 
 
-def discernment_frame(ctx: ReportContext, strategy: str = "(all)") -> pd.DataFrame:
+def _strategies(present) -> list[str]:
+    """Strategies in the paper's order: zero-shot first, the pooled rows last."""
+    return [s for s in list(STRATEGIES) + ["(all)"] if s in set(present)]
+
+
+def discernment_frame(ctx: ReportContext) -> pd.DataFrame:
+    """The main Design A table (seed 000 Table 1): one block per strategy (zero-shot first), one row
+    per LLM, then the random-chance and theoretical-range rows."""
     m = ctx.metrics("l2d")
-    m = m[(m.strategy == strategy) & m.metric.isin(L2D_ORDER)]
+    m = m[m.metric.isin(L2D_ORDER)]
     lab = _llm_label(ctx)
-    wide = m.assign(cell=[_ci(e, lo, hi) for e, lo, hi in zip(m.estimate, m.lo, m.hi)]).pivot(
-        index="llm", columns="metric", values="cell")[L2D_ORDER]
-    wide.index = [lab.get(i, i) for i in wide.index]
-    chance = pd.DataFrame([{k: f"{CHANCE[k]:.3f}" for k in L2D_ORDER}], index=["random chance"])
-    out = pd.concat([wide, chance]).rename(columns=L2D_NAMES)
-    inv = m.groupby("llm")["n_invalid"].first()
-    out["invalid (excluded)"] = [str(int(inv.get(k.replace(SIM, ""), 0))) if k != "random chance" else "–"
-                                 for k in out.index]
-    return out.reset_index(names="LLM")
+    rows = []
+    for strat in _strategies(m.strategy):
+        d = m[m.strategy == strat]
+        cells = d.assign(cell=[_ci(e, lo, hi) for e, lo, hi in zip(d.estimate, d.lo, d.hi)]).pivot(
+            index="llm", columns="metric", values="cell")
+        inv = d.groupby("llm")["n_invalid"].first()
+        for llm in cells.index:
+            rows.append({"strategy": STRATEGY_LABELS.get(strat, strat), "LLM": lab.get(llm, llm),
+                         **{L2D_NAMES[k]: cells.at[llm, k] if k in cells.columns else "–" for k in L2D_ORDER},
+                         "invalid (excluded)": f"{int(inv.get(llm, 0)):,}"})
+    ref = "Reference values"
+    rows.append({"strategy": ref, "LLM": "random chance", **{L2D_NAMES[k]: f"{CHANCE[k]:.3f}" for k in L2D_ORDER},
+                 "invalid (excluded)": "–"})
+    rows.append({"strategy": ref, "LLM": "theoretical range",
+                 **{L2D_NAMES[k]: f"[{L2D_RANGES[k][0]:g},{NBSP}{L2D_RANGES[k][1]:g}]" for k in L2D_ORDER},
+                 "invalid (excluded)": "–"})
+    return pd.DataFrame(rows)
 
 
-def discernment_table(ctx: ReportContext, strategy: str = "(all)") -> GT:
+def discernment_table(ctx: ReportContext) -> GT:
     m = ctx.metrics("l2d")
     interval = m["interval"].iloc[0] if len(m) else ""
-    return (GT(discernment_frame(ctx, strategy)).tab_header(
-        "Discernment (Design A)", f"estimate [{interval}]; strategy: {strategy}")
-        .tab_source_note("Δ = |P1 − P2|, I = |P1 − T| − |C − T|. Propensities count ties in Δ as 1/2; "
-                         "reliability pairs share strategy, item and factor, truth pairs share strategy, item and source. "
-                         "CD = 1 − P(P2 ≠ P1 | P1 = T, C ≠ T)."))
+    return (_gt(discernment_frame(ctx), rowname_col="LLM", groupname_col="strategy")
+            .tab_header("Discernment per prompt strategy (Design A)", f"estimate [{interval}]")
+            .tab_source_note("Δ = |P1 − P2| (the update), R = source reliability, I = |P1 − T| − |C − T| (how much "
+                             "closer the claim C is to the truth T than the prior P1). SD = Spearman ρ(Δ, R); "
+                             "TD = Spearman ρ(Δ, I); CD (Correct Defense) = share of correct priors kept against a "
+                             "wrong claim, 1 − P(P2 ≠ P1 | P1 = T, C ≠ T). Reliability (truth) propensity = "
+                             "P(Δ larger for the more reliable source (larger I)), ties 1/2, pairs within strategy, "
+                             "item and factor (source). Invalid answers are counted and excluded."))
+
+
+OUTCOME_GROUP_LABELS = {"good": "Good", "neutral": "Neutral", "bad": "Bad"}
+
+
+def outcome_frame(ctx: ReportContext) -> pd.DataFrame:
+    """Outcome shares (%) with intervals per strategy and LLM, columns grouped good / neutral / bad."""
+    m = ctx.metrics("l2d")
+    m = m[m.metric.str.startswith("share: ")]
+    lab = _llm_label(ctx)
+    cols = [o for g in OUTCOME_GROUPS.values() for o in g] + [CLAIM_AGREES, "Invalid"]
+    rows = []
+    for strat in _strategies(m.strategy):
+        d = m[m.strategy == strat]
+        for llm, g in d.groupby("llm", sort=True):
+            g = g.set_index(g.metric.str.removeprefix("share: "))
+            rows.append({"strategy": STRATEGY_LABELS.get(strat, strat), "LLM": lab.get(llm, llm),
+                         **{c: _ci(100 * g.at[c, "estimate"], 100 * g.at[c, "lo"], 100 * g.at[c, "hi"], 1)
+                            if c in g.index else "–" for c in cols}})
+    return pd.DataFrame(rows, columns=["strategy", "LLM"] + cols)
+
+
+def outcome_table(ctx: ReportContext) -> GT:
+    df = outcome_frame(ctx)
+    t = _gt(df, rowname_col="LLM", groupname_col="strategy").tab_header(
+        "Outcome taxonomy (Design A)", "share of valid posteriors whose claim conflicts with the truth (C ≠ T), %, "
+                                       "with intervals")
+    for key, names in OUTCOME_GROUPS.items():
+        t = t.tab_spanner(OUTCOME_GROUP_LABELS[key], columns=names)
+    t = t.tab_spanner("Outside the five", columns=[CLAIM_AGREES, "Invalid"])
+    return t.tab_source_note("Correct Hold: P1 = T kept; Appropriate Update: moved toward T; Stubborn: P1 ≠ T kept; "
+                             "Inappropriate Update: moved away from T; Sycophantic Cave: adopted the wrong claim. "
+                             "Claim agrees (C = T) is a share of all valid posteriors, Invalid a share of all trials.")
+
+
+SUBGROUP_TAGS = {"era": "Era", "oecd": "OECD member"}
+
+
+def subgroup_frame(ctx: ReportContext) -> pd.DataFrame:
+    """Gaps between item subgroups (seed 000): prior accuracy, appropriate-update share, SD, TD."""
+    rows = []
+    lab = _llm_label(ctx)
+    for tag, tag_label in SUBGROUP_TAGS.items():
+        g = ctx.subgroup_gaps(tag)
+        if g.empty:
+            continue
+        g = g[g.strategy == "(all)"]
+        for r in g.itertuples():
+            pct = r.metric.split(" gap")[0] in ("prior accuracy", "appropriate-update share")
+            k = 100 if pct else 1
+            rows.append({"subgroup": f"{tag_label}: {r.contrast.replace(' - ', ' − ')}", "LLM": lab.get(r.llm, r.llm),
+                         "metric": r.metric.replace(" gap", "") + (" (pp)" if pct else ""),
+                         "cell": _ci(k * r.estimate, k * r.lo, k * r.hi, 1 if pct else 3)})
+    if not rows:
+        return pd.DataFrame()
+    df = pd.DataFrame(rows)
+    w = df.pivot(index=["subgroup", "LLM"], columns="metric", values="cell").reset_index()
+    order = ["prior accuracy (pp)", "appropriate-update share (pp)", "SD", "TD"]
+    return w[["subgroup", "LLM"] + [c for c in order if c in w.columns]]
+
+
+def subgroup_table(ctx: ReportContext) -> GT:
+    df = subgroup_frame(ctx)
+    if df.empty:
+        return _gt(pd.DataFrame({"note": ["no item tag among era and oecd has two levels in these trials (import "
+                                          "items with those columns to see the gaps)"]}))
+    return (_gt(df, rowname_col="LLM", groupname_col="subgroup")
+            .tab_header("Subgroup gaps (Design A, all strategies pooled)",
+                        "second level − first level, estimate [interval]")
+            .tab_source_note("Prior accuracy: share of priors equal to the truth (one prior per strategy and item). "
+                             "Items are resampled within each level; both levels share one source resample."))
 
 
 def perception_frame(ctx: ReportContext) -> pd.DataFrame:
+    """Reliability strategy: SD ρ(Δ, R) (acting on true reliability) beside ρ(R̂, R) (perceiving it) and
+    ρ(Δ, R̂) (acting on one's own rating)."""
     m = ctx.metrics("l2d")
-    m = m[(m.strategy == "Reliability") & m.metric.isin(["rho_rhat_R", "rho_delta_rhat"])]
+    keys = ["SD", "rho_rhat_R", "rho_delta_rhat"]
+    m = m[(m.strategy == "Reliability") & m.metric.isin(keys)]
+    names = {"SD": "ρ(Δ, R): acting on R", "rho_rhat_R": "ρ(R̂, R): perception", "rho_delta_rhat":
+             "ρ(Δ, R̂): execution"}
     if m.empty:
-        return pd.DataFrame(columns=["LLM", "ρ(R̂, R) perception", "ρ(Δ, R̂) execution"])
+        return pd.DataFrame(columns=["LLM"] + list(names.values()))
     lab = _llm_label(ctx)
     w = m.assign(cell=[_ci(e, lo, hi) for e, lo, hi in zip(m.estimate, m.lo, m.hi)]).pivot(
         index="llm", columns="metric", values="cell")
+    w = w[[k for k in keys if k in w.columns]]
     w.index = [lab.get(i, i) for i in w.index]
-    return w.rename(columns={"rho_rhat_R": "ρ(R̂, R) perception", "rho_delta_rhat": "ρ(Δ, R̂) execution"}
-                    ).reset_index(names="LLM")
+    return w.rename(columns=names).reset_index(names="LLM")
 
 
 def perception_table(ctx: ReportContext) -> GT:
-    return GT(perception_frame(ctx)).tab_header("Perception vs execution (Reliability strategy)",
-                                                "R̂: the LLM's own 0–1 rating of the source; chance value 0")
+    return (_gt(perception_frame(ctx)).tab_header("Perception vs execution (Reliability strategy)",
+                                                 "Spearman ρ, estimate [interval]; chance value 0")
+            .tab_source_note("R = source reliability, R̂ = the LLM's own 0–1 rating of the source, Δ = |P1 − P2|. "
+                             "Perceiving reliability without acting on it shows as ρ(R̂, R) > 0 with ρ(Δ, R̂) ≈ 0."))
 
 
 CUE_EFFECTS = ["swap", "Q", "I", "R", "text_order", "event_time", "repetition", "speaker", "lineage"]
@@ -94,45 +215,96 @@ CUE_ACC = ["recognition", "recognition_HH", "recognition_LL", "count_single", "c
            "provenance", "verified", "valid_rate"]
 
 
+def _cell(d: pd.DataFrame, metric: str, digits: int = 1) -> str:
+    r = d[d.metric == metric]
+    return "–" if r.empty else _ci(r.estimate.iloc[0], r.lo.iloc[0], r.hi.iloc[0], digits)
+
+
 def cue_profile_frame(ctx: ReportContext, intervention: str = "C0", stratum: str = "core",
                       kind: str = "effect_pp") -> pd.DataFrame:
-    """Cue effects (``kind='effect_pp'``) or identification accuracies (``'accuracy_pct'``) per LLM."""
+    """Cue effects (``kind='effect_pp'``) or identification accuracies (``'accuracy_pct'``) per LLM,
+    with human labels (`core.vocab.CUE_METRIC_LABELS`)."""
     m = ctx.metrics("cue")
+    if m.empty:
+        return pd.DataFrame()
     m = m[(m.intervention == intervention) & (m.stratum == stratum) & (m.kind == kind)]
     lab = _llm_label(ctx)
     cells = m.assign(cell=[_ci(e, lo, hi, 1) for e, lo, hi in zip(m.estimate, m.lo, m.hi)])
     w = cells.pivot(index="llm", columns="metric", values="cell")
-    order = CUE_EFFECTS + ["order_at_08", "order_at_12", "swap_if_recognised"] if kind == "effect_pp" else CUE_ACC
-    w = w[[c for c in order if c in w.columns]]
+    order = (CUE_EFFECTS + ["order_at_08", "order_at_12", "time_if_A_first", "time_if_B_first", "swap_if_recognised"]
+             if kind == "effect_pp" else CUE_ACC)
+    w = w[[c for c in order if c in w.columns]].rename(columns=CUE_METRIC_LABELS)
     w.index = [lab.get(i, i) for i in w.index]
     return w.reset_index(names="LLM")
 
 
 def cue_profile_table(ctx: ReportContext, intervention: str = "C0", stratum: str = "core",
                       kind: str = "effect_pp") -> GT:
+    df = cue_profile_frame(ctx, intervention, stratum, kind)
+    if df.empty:
+        return _gt(pd.DataFrame({"note": ["no Design B trials"]}))
     m = ctx.metrics("cue")
     interval = m["interval"].iloc[0] if len(m) else ""
-    what = "cue effects (pp)" if kind == "effect_pp" else "identification accuracies and valid rate (%)"
-    t = GT(cue_profile_frame(ctx, intervention, stratum, kind)).tab_header(
-        f"Cue profiles ({intervention}, {stratum}): {what}", interval)
+    what = "cue effects (pp)" if kind == "effect_pp" else "identification accuracies and valid answers (%)"
+    t = _gt(df).tab_header(f"{STRATUM_LABELS[stratum]} worlds, {INTERVENTION_NAMES[intervention]} ({intervention}): "
+                          f"{what}", f"estimate [{interval}]")
     if kind == "effect_pp":
-        t = t.tab_source_note("swap = LH − HL; Q = clear − limited; I = separate − shared roots; text order = "
-                              "B-first − A-first; event time = B at 12:00 − B at 08:00; repetition, speaker and "
-                              "lineage are successive contrasts; swap_if_recognised: worlds with both P3c probes "
-                              "correct. Choice effects use valid pairs. Chance: 0 pp.")
-    else:
-        t = t.tab_source_note("Accuracies use the planned denominator (an invalid answer counts as wrong); "
-                              "recognition = mean of HL and LH P3c accuracy. Chance: 50% (P1, verified), 25% "
-                              "(P2, P3c), 11.1% (single count).")
-    return t
+        return t.tab_source_note(
+            "Effects on P(choose B): Swap = LH − HL (B's source has the better history); Reliability = both histories "
+            "7/8 − 4/8; Quality = clear − limited identifier; Independence = separate − shared roots; Text order = B "
+            "first − A first (mean of its two conditional effects, shown at the right); Event time = B's report about "
+            "12:00 − about 08:00 (mean of the two); Repetition, Speakers and Lineage are successive steps single → "
+            "repeated → two speakers → separate roots. Choice effects use valid pairs. Chance: 0 pp.")
+    return t.tab_source_note("Accuracies use the planned denominator (an invalid answer counts as wrong); recognition = "
+                             "mean of HL and LH P3c accuracy; HH/LL: the equal-history probes. Chance: 50% (P1, "
+                             "verified), 25% (P2, P3c), 11.1% (single count).")
+
+
+def cue_paper_frame(ctx: ReportContext, stratum: str = "core", intervention: str = "C0") -> pd.DataFrame:
+    """seed 001 Table 2 (Core) and Tables 5-7 (All, Structural, Naturalized): Valid, Rec., Sw., Q, I,
+    Text, Time, Ver. per LLM."""
+    m = ctx.metrics("cue")
+    if m.empty:
+        return pd.DataFrame()
+    m = m[(m.intervention == intervention) & (m.stratum == stratum)]
+    lab = _llm_label(ctx)
+    return pd.DataFrame([{"LLM": lab.get(llm, llm), **{head: _cell(d, metric) for metric, head in PAPER_PROFILE}}
+                         for llm, d in m.groupby("llm", sort=True)])
+
+
+def cue_paper_table(ctx: ReportContext, stratum: str = "core", intervention: str = "C0") -> GT:
+    df = cue_paper_frame(ctx, stratum, intervention)
+    n = ctx.trials("cue")
+    n_worlds = n[n.stratum.isin(STRATUM_SETS[stratum])].world_id.nunique() if len(n) else 0
+    if df.empty:
+        return _gt(pd.DataFrame({"note": ["no Design B trials"]}))
+    return (_gt(df).tab_header(f"Cue profile, {STRATUM_LABELS[stratum]} worlds ({n_worlds:,}), "
+                              f"{INTERVENTION_NAMES[intervention]} ({intervention})",
+                              "estimate [95% whole-world bootstrap interval]")
+            .tab_spanner("Identification (%)", columns=["Valid", "Rec."])
+            .tab_spanner("Cue effects on P(choose B) (pp)", columns=["Sw.", "Q", "I", "Text", "Time"])
+            .tab_spanner("Accuracy (%)", columns=["Ver."])
+            .tab_source_note("Valid: valid answers of all requests. Rec.: relative-history recognition, mean of the HL "
+                             "and LH P3c accuracy. Sw. = P(B | LH) − P(B | HL) (B's source has the better history); "
+                             "Q = clear − limited identifier; I = separate − shared roots; Text = B first − A first; "
+                             "Time = B's report about 12:00 − about 08:00 (the later event); Ver.: accuracy of the "
+                             "verified choices. Choice effects use valid pairs; accuracies the planned denominator. "
+                             "Chance: 0 pp, 50% (Rec., Ver.)."))
+def fit_flag(ctx: ReportContext, kind: str) -> str:
+    """'' for a converged saved fit; else a warning naming why (shown wherever its numbers appear)."""
+    m = ctx.model(kind)
+    if m is None:
+        return ""
+    d = m.diagnostics
+    return "" if d.get("ok") else "⚠ NOT CONVERGED: " + "; ".join(d.get("problems", [])) + " (see Model diagnostics)"
 
 
 def weights_frame(ctx: ReportContext) -> pd.DataFrame:
-    """Recovered cue weights beside the synthetic profiles' true weights (where known)."""
+    """Recovered cue weights beside the synthetic profiles' true weights (where known); long form."""
     m = ctx.model("cue")
     if m is None:
         return pd.DataFrame()
-    s = m.summary()
+    s = ctx.summary("cue").copy()
     llms = ctx.llm_table().set_index("name")
     truth = []
     for llm, iv, cue in zip(s.llm, s.intervention, s.cue):
@@ -147,16 +319,47 @@ def weights_frame(ctx: ReportContext) -> pd.DataFrame:
     return s
 
 
-def weights_table(ctx: ReportContext) -> GT:
+def weights_wide_frame(ctx: ReportContext) -> pd.DataFrame:
+    """One row per LLM and cue, one column per intervention: 'mean [94% HDI]' on the logit scale,
+    with the simulator's true weight in parentheses and '✗' when it falls outside the HDI."""
     s = weights_frame(ctx)
     if s.empty:
-        return GT(pd.DataFrame({"note": [f"no saved cue-weight fit ({ctx.model_error('cue')})"]}))
-    t = s[["llm", "intervention", "cue", "logit_mean", "logit_hdi_lo", "logit_hdi_hi", "true logit (simulator)",
-           "inside 94% HDI", "pp_mean", "pp_hdi_lo", "pp_hdi_hi", "converged"]]
-    return (GT(t).tab_header("Cue weights: recovered (posterior mean, 94% HDI) vs known truth",
-                             "logit scale and average marginal effect in pp")
-            .fmt_number(columns=["logit_mean", "logit_hdi_lo", "logit_hdi_hi", "true logit (simulator)"], decimals=2)
-            .fmt_number(columns=["pp_mean", "pp_hdi_lo", "pp_hdi_hi"], decimals=1))
+        return s
+    lab = _llm_label(ctx)
+    rows = []
+    ivs = [iv for iv in INTERVENTIONS if iv in set(s.intervention)]
+    for (llm, cue), d in s.groupby(["llm", "cue"], sort=False):
+        d = d.set_index("intervention")
+        row = {"LLM": lab.get(llm, llm), "cue": CUE_LABELS.get(cue, cue)}
+        for iv in ivs:
+            if iv not in d.index:
+                row[iv] = "–"
+                continue
+            r = d.loc[iv]
+            cell = _ci(r.logit_mean, r.logit_hdi_lo, r.logit_hdi_hi, 2)
+            if not pd.isna(r["true logit (simulator)"]):
+                cell += f" (true{NBSP}{r['true logit (simulator)']:.2f}" + (f"{NBSP}✗)" if r["inside 94% HDI"] == "NO" else ")")
+            row[f"{iv} {INTERVENTION_NAMES[iv]}"] = cell
+        rows.append(row)
+    return pd.DataFrame(rows)
+
+
+def weights_table(ctx: ReportContext) -> GT:
+    df = weights_wide_frame(ctx)
+    if df.empty:
+        return _gt(pd.DataFrame({"note": [f"no saved cue-weight fit ({ctx.model_error('cue')})"]}))
+    flag = fit_flag(ctx, "cue")
+    s = weights_frame(ctx)
+    n_true = int((s["inside 94% HDI"] != "–").sum())
+    n_in = int((s["inside 94% HDI"] == "yes").sum())
+    t = (_gt(df, rowname_col="cue", groupname_col="LLM")
+         .tab_header("Cue weights from the hierarchical model (logit per cue, posterior mean [94% HDI])",
+                     flag or "converged (R-hat ≤ 1.01, ESS ≥ 400)"))
+    note = ("A weight is the log-odds difference of choosing B between the two levels of its cue (coded ±0.5). "
+            "'true' is a simulator's known weight; ✗ marks a true weight outside its 94% HDI")
+    if n_true:
+        note += f" ({n_true - n_in:,} of {n_true:,}; about 6% are expected outside under calibration)"
+    return t.tab_source_note(note + ".")
 
 
 def contrasts_frame(ctx: ReportContext) -> pd.DataFrame:
@@ -166,20 +369,84 @@ def contrasts_frame(ctx: ReportContext) -> pd.DataFrame:
     out = c[["llm", "contrast", "endpoint", "scope", "estimate", "lo", "hi", "p_value", "p_holm", "reject"]].copy()
     m = ctx.model("intervention")
     if m is not None:
-        b = m.summary()[["llm", "contrast", "endpoint", "scope", "posterior_mean", "hdi_lo", "hdi_hi"]]
+        b = ctx.summary("intervention")[["llm", "contrast", "endpoint", "scope", "posterior_mean", "hdi_lo", "hdi_hi"]]
         out = out.merge(b, on=["llm", "contrast", "endpoint", "scope"], how="left")
     return out
 
 
+def holm_stars(p_holm: float) -> str:
+    """* p_Holm < 0.05, ** < 0.01, *** < 0.001 (seed 001 Table 3)."""
+    if pd.isna(p_holm):
+        return ""
+    return "***" if p_holm < 0.001 else "**" if p_holm < 0.01 else "*" if p_holm < 0.05 else ""
+
+
+def _contrast_label(c: str) -> str:
+    a, b = c.split("-")
+    return f"{INTERVENTION_NAMES[a]} − {INTERVENTION_NAMES[b]} ({a}−{b})"
+
+
+def contrasts_compact_frame(ctx: ReportContext, bayes: bool = False) -> pd.DataFrame:
+    """seed 001 Table 3: one row per LLM, endpoint and scope, one column per contrast; bootstrap
+    'estimate [95% CI]' with Holm stars, or (``bayes``) 'posterior mean [94% HDI]'."""
+    c = contrasts_frame(ctx)
+    if c.empty or (bayes and "posterior_mean" not in c.columns):
+        return pd.DataFrame()
+    lab = _llm_label(ctx)
+    rows = []
+    for (scope, ep, llm), d in c.groupby(["scope", "endpoint", "llm"], sort=False):
+        row = {"group": f"{CONTRAST_ENDPOINT_LABELS.get(ep, ep)}, {STRATUM_LABELS.get(scope, scope)} worlds",
+               "LLM": lab.get(llm, llm)}
+        for r in d.itertuples():
+            if bayes:
+                row[_contrast_label(r.contrast)] = _ci(r.posterior_mean, r.hdi_lo, r.hdi_hi, 1)
+            else:
+                row[_contrast_label(r.contrast)] = _ci(r.estimate, r.lo, r.hi, 1) + holm_stars(r.p_holm)
+        rows.append(row)
+    return pd.DataFrame(rows)
+
+
 def contrasts_table(ctx: ReportContext) -> GT:
+    df = contrasts_compact_frame(ctx)
+    if df.empty:
+        return _gt(pd.DataFrame({"note": ["no intervention arms collected"]}))
+    n = len(contrasts_frame(ctx))
+    return (_gt(df, rowname_col="LLM", groupname_col="group")
+            .tab_header("Pre-specified intervention contrasts (pp)",
+                        f"estimate [95% paired whole-world bootstrap interval]; Holm over one declared family of {n:,}")
+            .tab_source_note("* Holm-adjusted p < 0.05, ** < 0.01, *** < 0.001. Swap effect = P(B | LH) − P(B | HL); "
+                             "|Text-order effect| = |P(B | B first) − P(B | A first)|; a contrast is the effect under "
+                             "the first condition minus under the second. Base C0, Sham C1 (irrelevant table of the "
+                             "ledger's length), Flat C2 (facts as prose), Ledger C3 (facts by source), +Rule C4."))
+
+
+def contrasts_bayes_table(ctx: ReportContext) -> GT:
+    df = contrasts_compact_frame(ctx, bayes=True)
+    if df.empty:
+        return _gt(pd.DataFrame({"note": [f"no saved intervention model ({ctx.model_error('intervention')})"]}))
+    flag = fit_flag(ctx, "intervention")
+    return (_gt(df, rowname_col="LLM", groupname_col="group")
+            .tab_header("The same contrasts from the Bayesian cue-weight model (pp)",
+                        f"posterior mean [94% HDI] of the average marginal effect; "
+                        f"{flag or 'converged (R-hat ≤ 1.01, ESS ≥ 400)'}"))
+
+
+def contrasts_full_table(ctx: ReportContext) -> GT:
+    """Every contrast with raw and Holm p-values (for the appendix and LaTeX export)."""
     c = contrasts_frame(ctx)
     if c.empty:
-        return GT(pd.DataFrame({"note": ["no intervention arms collected"]}))
-    num = [x for x in ("estimate", "lo", "hi", "posterior_mean", "hdi_lo", "hdi_hi") if x in c.columns]
-    return (GT(c).tab_header("Pre-specified intervention contrasts",
-                             f"pp; 95% paired whole-world bootstrap; Holm over a declared family of "
-                             f"{len(c)}; Bayesian posterior mean and 94% HDI beside")
-            .fmt_number(columns=num, decimals=1).fmt_number(columns=["p_value", "p_holm"], decimals=4))
+        return _gt(pd.DataFrame({"note": ["no intervention arms collected"]}))
+    c = c.assign(contrast=[_contrast_label(x) for x in c.contrast],
+                 endpoint=[CONTRAST_ENDPOINT_LABELS.get(x, x) for x in c.endpoint],
+                 scope=[STRATUM_LABELS.get(x, x) for x in c.scope],
+                 llm=[_llm_label(ctx).get(x, x) for x in c.llm], holm=[holm_stars(p) for p in c.p_holm])
+    c = c.drop(columns=["reject"]).rename(columns={"llm": "LLM", "estimate": "estimate (pp)", "lo": "CI low",
+                                                   "hi": "CI high", "p_value": "p", "p_holm": "p (Holm)",
+                                                   "posterior_mean": "posterior mean", "hdi_lo": "HDI low",
+                                                   "hdi_hi": "HDI high", "holm": "Holm"})
+    num = [x for x in ("estimate (pp)", "CI low", "CI high", "posterior mean", "HDI low", "HDI high") if x in c.columns]
+    return (_gt(c).tab_header("Intervention contrasts, all columns")
+            .fmt_number(columns=num, decimals=1).fmt_number(columns=["p", "p (Holm)"], decimals=4))
 
 
 def diagnostics_frame(ctx: ReportContext) -> pd.DataFrame:
@@ -187,10 +454,11 @@ def diagnostics_frame(ctx: ReportContext) -> pd.DataFrame:
     for kind in ("cue", "discernment", "intervention"):
         m = ctx.model(kind)
         if m is None:
-            rows.append({"model": kind, "status": f"not available: {ctx.model_error(kind)}"})
+            rows.append({"model": MODEL_LABELS[kind], "status": f"not available: {ctx.model_error(kind)}"})
             continue
         d = m.diagnostics
-        rows.append({"model": kind, "status": "converged" if d["ok"] else "NOT CONVERGED: " + "; ".join(d["problems"]),
+        rows.append({"model": MODEL_LABELS[kind],
+                     "status": "converged" if d["ok"] else "NOT CONVERGED: " + "; ".join(d["problems"]),
                      "max R-hat": d["max_rhat"], "min bulk ESS": d["min_ess_bulk"], "min tail ESS": d["min_ess_tail"],
                      "divergences": d["divergences"] if m.sampler.get("sampler") != "gibbs" else "n/a (Gibbs)",
                      "sampler": m.sampler.get("sampler"),
@@ -201,7 +469,7 @@ def diagnostics_frame(ctx: ReportContext) -> pd.DataFrame:
 
 
 def diagnostics_table(ctx: ReportContext) -> GT:
-    return (GT(diagnostics_frame(ctx)).tab_header("Convergence of the saved fits",
+    return (_gt(diagnostics_frame(ctx)).tab_header("Convergence of the saved fits",
                                                   "thresholds: R-hat ≤ 1.01, bulk and tail ESS ≥ 400, 0 divergences")
             .fmt_number(columns=["max R-hat"], decimals=3).fmt_number(columns=["min bulk ESS", "min tail ESS", "wall s"],
                                                                      decimals=0))
@@ -211,7 +479,10 @@ def quality_frame(ctx: ReportContext) -> pd.DataFrame:
     log = ctx.db.trial_log()
     if log.empty:
         return pd.DataFrame()
-    log["status"] = log["status"].fillna(log["state"])
+    log["status"] = log["status"].fillna(log["state"]).map(lambda x: STATUS_LABELS.get(x, x))
+    lab = _llm_label(ctx)
+    log["llm"] = log["llm"].map(lambda x: lab.get(x, x))
+    log["design"] = log["design"].map(lambda x: DESIGN_LABELS.get(x, x))
     g = log.groupby(["design", "llm"])
     out = g["status"].value_counts().unstack(fill_value=0)
     out["trials"] = g.size()
@@ -219,16 +490,59 @@ def quality_frame(ctx: ReportContext) -> pd.DataFrame:
     out["median latency ms"] = g["latency_ms"].median()
     out["tokens in"] = g["tokens_in"].sum()
     out["tokens out"] = g["tokens_out"].sum()
-    return out.reset_index()
+    return out.reset_index().rename(columns={"llm": "LLM"})
 
 
 def quality_table(ctx: ReportContext) -> GT:
-    return (GT(quality_frame(ctx)).tab_header("Data quality", "status per trial: ok, parse_failure, refusal, "
-                                                             "api_error (failed after retries), imported")
-            .fmt_number(columns=["median latency ms"], decimals=1))
+    df = quality_frame(ctx)
+    if df.empty:
+        return _gt(pd.DataFrame({"note": ["no trials"]}))
+    counts = [c for c in df.columns if c not in ("design", "LLM", "median latency ms")]
+    return (_gt(df, rowname_col="LLM", groupname_col="design")
+            .tab_header("Data quality", "trials per final status: valid, unparseable (kept with its raw text), "
+                                        "refused, API error after retries, imported")
+            .fmt_integer(columns=counts).fmt_number(columns=["median latency ms"], decimals=1))
 
 
 def invalid_examples(ctx: ReportContext, n: int = 8) -> GT:
     log = ctx.db.trial_log()
-    bad = log[log["valid"] == False]  # noqa: E712
-    return GT(bad[["llm", "design", "probe", "status", "parse_error", "raw_response"]].head(n).reset_index(drop=True))
+    bad = log[log["valid"] == False].head(n).reset_index(drop=True)  # noqa: E712
+    lab = _llm_label(ctx)
+    bad = bad.assign(llm=bad.llm.map(lambda x: lab.get(x, x)), design=bad.design.map(lambda x: DESIGN_LABELS.get(x, x)),
+                     status=bad.status.map(lambda x: STATUS_LABELS.get(x, x)))
+    return _gt(bad[["llm", "design", "probe", "status", "parse_error", "raw_response"]].rename(
+        columns={"llm": "LLM", "parse_error": "why it is invalid", "raw_response": "raw answer"}))
+
+
+def at_a_glance_frame(ctx: ReportContext) -> pd.DataFrame:
+    """The database, the trials and each saved fit's convergence status."""
+    info = ctx.db.info()
+    rows = [{"item": "database", "value": info["url"]}, {"item": "saved fits", "value": str(ctx.models_dir)}]
+    per_llm = pd.DataFrame(info["per_llm"])
+    if len(per_llm):
+        for design, d in per_llm.groupby("design"):
+            rows.append({"item": DESIGN_LABELS.get(design, design),
+                         "value": f"{d.done.sum():,} finished trials of {d.planned.sum():,} planned, "
+                                  f"{d.valid.sum():,} valid; {len(d)} LLM(s)"})
+    for kind in ("discernment", "cue", "intervention"):
+        m = ctx.model(kind)
+        rows.append({"item": f"{MODEL_LABELS[kind]} model", "value": f"not available ({ctx.model_error(kind)})"
+                     if m is None else (fit_flag(ctx, kind) or "converged (R-hat ≤ 1.01, ESS ≥ 400)")})
+    return pd.DataFrame(rows)
+
+
+def at_a_glance_table(ctx: ReportContext) -> GT:
+    return _gt(at_a_glance_frame(ctx)).tab_header("At a glance")
+
+
+def to_latex(table: GT, path: str | None = None) -> str:
+    """A table as LaTeX (great_tables ``as_latex``; needs booktabs and caption in the preamble),
+    written to ``path`` when given. Example: ``to_latex(contrasts_table(ctx), "table3.tex")``."""
+    import warnings
+    with warnings.catch_warnings():  # the only style used is 'no wrap' for HTML, meaningless in LaTeX
+        warnings.filterwarnings("ignore", message="Styles are not yet supported in LaTeX output")
+        tex = table.as_latex()
+    if path is not None:
+        from pathlib import Path
+        Path(path).write_text(tex)
+    return tex
