@@ -125,10 +125,24 @@ class ReportContext:
         return self.db.table(LLM)
 
 
+_RENDER_CONTEXTS: dict[tuple, ReportContext] = {}
+
+
 def context(db_url: str | None = None, models_dir: str | Path | None = None, resamples: int | None = None,
             cache_dir: str | Path | None = None) -> ReportContext:
+    """The pages' context from the parameters (environment). Within one render by the fallback
+    renderer (``DISCERN_RENDER_ID`` set, all pages in one kernel) the pages share one context, so
+    trials and fits are loaded once per render, not once per page."""
     models = Path(models_dir or os.environ.get("DISCERN_MODELS", "models"))
     cache = cache_dir or os.environ.get("DISCERN_CACHE") or models / "metric_tables"
-    return ReportContext(db_url or os.environ.get("DISCERN_DB", DEFAULT_REPORT_DB), models,
-                         int(resamples if resamples is not None else os.environ.get("DISCERN_RESAMPLES", 5000)),
-                         cache_dir=None if str(cache) == "off" else Path(cache))
+    args = (db_url or os.environ.get("DISCERN_DB", DEFAULT_REPORT_DB), models,
+            int(resamples if resamples is not None else os.environ.get("DISCERN_RESAMPLES", 5000)),
+            None if str(cache) == "off" else Path(cache))
+    render_id = os.environ.get("DISCERN_RENDER_ID")
+    if render_id is None:
+        return ReportContext(*args[:3], cache_dir=args[3])
+    key = (render_id, *args)
+    if key not in _RENDER_CONTEXTS:
+        _RENDER_CONTEXTS.clear()  # one render at a time per kernel
+        _RENDER_CONTEXTS[key] = ReportContext(*args[:3], cache_dir=args[3])
+    return _RENDER_CONTEXTS[key]

@@ -216,7 +216,9 @@ def fallback_render(project: Path, out_dir: Path, env: dict[str, str] | None = N
     css.write_text(CSS)
     outs = []
     t_all = time.perf_counter()
-    with page_kernel(project, env) as km:
+    import uuid
+    render_env = {**(env or {}), "DISCERN_RENDER_ID": uuid.uuid4().hex}  # the pages share one context
+    with page_kernel(project, render_env) as km:
         for k, p in enumerate(pages, start=1):
             t0 = time.perf_counter()
             if progress:
