@@ -22,15 +22,18 @@ PROFILES = ("source-sensitive", "order-biased")
 FIT = {"draws": 2000, "tune": 1000, "chains": 2, "random_seed": 1}
 
 
-def check_recovery(true, lo94, hi94, lo99, hi99, label):
-    """Every true value inside its 99% HDI and all but at most one inside its 94% HDI.
-
-    With k independent 94% intervals, P(all k cover) = 0.94^k (61% for k = 8), so demanding
-    all of one realization is a coin flip; the 99% bound keeps the test able to fail on bias."""
+def check_recovery(true, lo94, hi94, lo999, hi999, label):
+    """Every true value inside its 99.9% HDI and at most m outside its 94% HDI, m the smallest count
+    with P(Binomial(k, 0.06) > m) < 1%: a calibrated model fails this less than 2% of the time
+    (k = 8: m = 2; P(fail) = 0.8% + 1.0%), a biased one fails it. The earlier form (all inside 99%,
+    at most one outside 94%) failed 15% of calibrated realizations."""
+    from scipy import stats as sps
+    k = len(true)
+    m = next(j for j in range(k + 1) if sps.binom.sf(j, k, 0.06) < 0.01)
     inside94 = (true >= lo94) & (true <= hi94)
-    inside99 = (true >= lo99) & (true <= hi99)
-    assert inside99.all(), (label, list(zip(true, lo99, hi99)))
-    assert (~inside94).sum() <= 1, (label, list(zip(true, lo94, hi94)))
+    inside999 = (true >= lo999) & (true <= hi999)
+    assert inside999.all(), (label, list(zip(true, lo999, hi999)))
+    assert (~inside94).sum() <= m, (label, m, list(zip(true, lo94, hi94)))
 
 
 def _collect(url, design, **kw):
@@ -64,8 +67,8 @@ def test_cue_weights_recovered(cue_fit):
     beta = cue_fit.draws("beta")  # sample, llm, cue
     ix = cue_fit.index
     cols = [(ix["llm"].index(l), ix["cue"].index(c)) for l, c in zip(s.llm, s.cue)]
-    lo99, hi99 = hdi_columns(np.stack([beta[:, a, b] for a, b in cols], axis=1), prob=0.99)
-    check_recovery(s.true.to_numpy(), s.logit_hdi_lo.to_numpy(), s.logit_hdi_hi.to_numpy(), lo99, hi99, "cue")
+    lo999, hi999 = hdi_columns(np.stack([beta[:, a, b] for a, b in cols], axis=1), prob=0.999)
+    check_recovery(s.true.to_numpy(), s.logit_hdi_lo.to_numpy(), s.logit_hdi_hi.to_numpy(), lo999, hi999, "cue")
     assert cue_fit.diagnostics["ok"], cue_fit.diagnostics
     assert s.converged.all()
     # percentage-point AME: same sign as the weight, within (-100, 100)
