@@ -106,7 +106,7 @@ def _numeric(df: pd.DataFrame, col: str, file: str, *, required: bool = True,
             bad = out.notna() & test(out, bound)
             if bad.any():
                 i = int(np.flatnonzero(bad.to_numpy())[0])
-                raise InputError(f"value {out.iloc[i]!r} is {word} the allowed {bound}", file=file, row=i + 1, column=col)
+                raise InputError(f"value {out.iloc[i]:g} is {word} the allowed {bound}", file=file, row=i + 1, column=col)
     return out
 
 

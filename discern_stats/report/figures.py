@@ -14,7 +14,7 @@ import numpy as np  # noqa: E402
 import pandas as pd  # noqa: E402
 
 from ..core.vocab import (CONTRAST_ENDPOINT_LABELS, CUE_METRIC_LABELS, INTERVENTION_NAMES,  # noqa: E402
-                          INTERVENTIONS, STRATUM_LABELS)
+                          INTERVENTIONS, STRATEGIES, STRATUM_LABELS)
 from ..stats.l2d import OUTCOMES  # noqa: E402
 from .context import ReportContext  # noqa: E402
 from .tables import CUE_EFFECTS, _llm_label, fit_flag  # noqa: E402
@@ -88,9 +88,12 @@ def popularity_vs_reliability(ctx: ReportContext):
     llms = sorted(m.llm.unique())
     model = ctx.model("discernment")
     rows = len(llms) if model is None else max(len(llms), model.data.group.nunique() + 1)
-    fig, axes = plt.subplots(1, 2 if model is not None else 1, figsize=(12 if model is not None else 6, 0.45 * rows + 1.8),
-                             squeeze=False)
-    ax = axes[0, 0]
+    fig = plt.figure(figsize=(12 if model is not None else 6, 0.45 * rows + 1.8))
+    if model is None:
+        ax = fig.add_subplot(1, 1, 1)
+    else:  # the left panel keeps one row height per LLM; the right one spans the figure
+        grid = fig.add_gridspec(2, 2, height_ratios=[len(llms) + 1.5, max(rows - len(llms) - 1.5, 1.0)])
+        ax = fig.add_subplot(grid[0, 0])
     for j, (metric, name, c) in enumerate((("SD", "reliability (SD)", COLORS[0]), ("rho_pop", "popularity", COLORS[3]))):
         d = m[m.metric == metric].set_index("llm").loc[llms]
         y = np.arange(len(llms)) + (j - 0.5) * 0.25
@@ -103,8 +106,11 @@ def popularity_vs_reliability(ctx: ReportContext):
     if model is not None:
         s = ctx.summary("discernment")
         s = s[s.term == "popularity - reliability"]
-        ax2 = axes[0, 1]
-        groups = [g for g in dict.fromkeys(s.group) if g != "(mean over groups)"] + ["(mean over groups)"]
+        ax2 = fig.add_subplot(grid[:, 1])
+        order = {k: i for i, k in enumerate(STRATEGIES)}  # LLM, then strategy in the paper's order
+        groups = sorted((g for g in dict.fromkeys(s.group) if g != "(mean over groups)"),
+                        key=lambda g: (g.split(" / ")[0], order.get(g.split(" / ")[-1], len(order)), g))
+        groups.append("(mean over groups)")
         for j, (part, c, name) in enumerate((("move", COLORS[2], "P(move)"),
                                              ("fraction", COLORS[4], "fraction moved (partial)"))):
             d = s[s.part == part].set_index("group").reindex(groups)
