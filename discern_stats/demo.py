@@ -98,10 +98,8 @@ def run_demo(out: Path | str = "demo_out", *, worlds: int = 30, resamples: int =
         from .bayes import DESIGN_OF, MODELS
         for kind, cls in MODELS.items():
             t1 = time.perf_counter()
-            n_draws = draws * (2 if kind == "discernment" else 1)
+            n_draws = draws * cls.draws_factor  # a model that needs more draws for its gate says so
             with console.status(f"fitting the {kind} model ({chains} chains x {n_draws} draws, {cls.default_sampler})"):
-                # the discernment model's rare "away" part pools 15 groups with a few events each: its
-                # scale tau needs 2 x the draws to reach ESS 400 (29 s here), the others do not
                 m = cls.fit_or_load(db.trials(DESIGN_OF[kind]), models_dir,
                                     fit_kwargs={"draws": n_draws,
                                                 "chains": chains, "random_seed": seed,

@@ -94,6 +94,8 @@ class BayesModel:
     nuisance_vars: ClassVar[list[str]] = []  # diagnosed and recorded (diagnostics["nuisance"]), not gated
     default_fit: ClassVar[dict[str, Any]] = {}  # NUTS options (pm.sample keywords)
     default_sampler: ClassVar[str] = "nutpie"
+    # draws needed relative to the other models for the same convergence gate (the demo scales its draws)
+    draws_factor: ClassVar[int] = 1
     own_samplers: ClassVar[tuple[str, ...]] = ()  # samplers the subclass implements in `sample_own`
 
     def __init__(self, data: pd.DataFrame, **config: Any):
