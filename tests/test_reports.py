@@ -53,6 +53,11 @@ def test_each_page_executes(small_demo, page):
     assert not errors
 
 
+def test_the_page_list_is_quartos():
+    from discern_stats.report.render import project_pages
+    assert project_pages(ROOT) == PAGES
+
+
 def _child_kernels() -> list[int]:
     """Live ipykernel processes whose parent is this process (Linux /proc)."""
     import os

@@ -167,6 +167,15 @@ CSS = """body{max-width:1100px;margin:2em auto;font-family:system-ui,sans-serif;
 nav a{margin-right:1em}.renderer{color:#777;font-size:.85em;border-top:1px solid #ddd;margin-top:3em}"""
 
 
+def project_pages(project: Path) -> list[str]:
+    """The pages in _quarto.yml's ``project.render`` list (Quarto's own order), else `PAGES`."""
+    try:
+        pages = yaml.safe_load((project / "_quarto.yml").read_text())["project"]["render"]
+        return [str(p) for p in pages] or PAGES
+    except (OSError, KeyError, TypeError, yaml.YAMLError):
+        return PAGES
+
+
 def _nav_labels(project: Path, pages: list[str]) -> dict[str, str]:
     """Navigation labels from _quarto.yml's navbar (one place), else the page's file name."""
     labels = {"index.qmd": "Home"}
@@ -210,7 +219,7 @@ def fallback_render(project: Path, out_dir: Path, env: dict[str, str] | None = N
     ``progress(message)`` is called before and after each page (the CLI prints it)."""
     import time
     out_dir.mkdir(parents=True, exist_ok=True)
-    pages = pages or PAGES
+    pages = pages or project_pages(project)
     labels = _nav_labels(project, pages)
     css = out_dir / "report.css"
     css.write_text(CSS)
