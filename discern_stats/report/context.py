@@ -47,12 +47,14 @@ class ReportContext:
     def metrics(self, design: str) -> pd.DataFrame:
         key = f"metrics:{design}"
         if key not in self._cache:
-            from ..stats import metrics
             from .cache import cached_table
             df = self.trials(design)
+
+            def compute() -> pd.DataFrame:
+                from ..stats import metrics  # imported only on a cache miss
+                return metrics(design, df, n_resamples=self.resamples, seed=self.seed)
             self._cache[key] = cached_table(
-                self.cache_dir, f"metrics_{design}", df,
-                lambda: metrics(design, df, n_resamples=self.resamples, seed=self.seed),
+                self.cache_dir, f"metrics_{design}", df, compute,
                 resamples=self.resamples, seed=self.seed) if len(df) else pd.DataFrame()
         return self._cache[key]
 
@@ -60,27 +62,31 @@ class ReportContext:
         """Design A subgroup gaps for an item tag with two levels (empty when the items lack it)."""
         key = f"gaps:{tag}"
         if key not in self._cache:
-            from ..stats.l2d import subgroup_gaps
             from .cache import cached_table
             df = self.trials("l2d")
+
+            def compute() -> pd.DataFrame:
+                from ..stats.l2d import subgroup_gaps  # imported only on a cache miss
+                return subgroup_gaps(df, tag, n_resamples=self.resamples, seed=self.seed)
             if len(df) == 0 or tag not in df.columns or df[tag].dropna().nunique() != 2:
                 self._cache[key] = pd.DataFrame()
             else:
                 self._cache[key] = cached_table(
-                    self.cache_dir, f"gaps_{tag}", df,
-                    lambda: subgroup_gaps(df, tag, n_resamples=self.resamples, seed=self.seed),
+                    self.cache_dir, f"gaps_{tag}", df, compute,
                     resamples=self.resamples, seed=self.seed)
         return self._cache[key]
 
     def contrasts(self) -> pd.DataFrame:
         if "contrasts" not in self._cache:
-            from ..stats import holm_contrasts
             from .cache import cached_table
             df = self.trials("cue")
+
+            def compute() -> pd.DataFrame:
+                from ..stats import holm_contrasts  # imported only on a cache miss
+                return holm_contrasts(df, n_resamples=self.resamples, seed=self.seed)
             try:
                 self._cache["contrasts"] = cached_table(
-                    self.cache_dir, "contrasts", df,
-                    lambda: holm_contrasts(df, n_resamples=self.resamples, seed=self.seed),
+                    self.cache_dir, "contrasts", df, compute,
                     resamples=self.resamples, seed=self.seed)
             except Exception:  # noqa: BLE001 - no intervention arms collected
                 self._cache["contrasts"] = pd.DataFrame()

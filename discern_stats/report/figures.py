@@ -14,8 +14,7 @@ import numpy as np  # noqa: E402
 import pandas as pd  # noqa: E402
 
 from ..core.vocab import (CONTRAST_ENDPOINT_LABELS, CUE_METRIC_LABELS, INTERVENTION_NAMES,  # noqa: E402
-                          INTERVENTIONS, STRATEGIES, STRATUM_LABELS)
-from ..stats.l2d import OUTCOMES  # noqa: E402
+                          INTERVENTIONS, OUTCOMES, STRATEGIES, STRATUM_LABELS)
 from .context import ReportContext  # noqa: E402
 from .tables import CUE_EFFECTS, _llm_label, fit_flag  # noqa: E402
 

@@ -7,11 +7,9 @@ import numpy as np
 import pandas as pd
 from great_tables import GT, loc, style
 
-from ..core.vocab import (CONTRAST_ENDPOINT_LABELS, CUE_LABELS, CUE_METRIC_LABELS, INTERVENTION_NAMES,
-                          INTERVENTIONS, L2D_METRIC_LABELS, L2D_RANGES, PAPER_PROFILE, STRATEGIES, STRATUM_LABELS,
-                          STRATUM_SETS)
-from ..simulate.respondent import get_profile, true_cue_weights
-from ..stats.l2d import CHANCE, CLAIM_AGREES, OUTCOME_GROUPS
+from ..core.vocab import (CHANCE, CLAIM_AGREES, CONTRAST_ENDPOINT_LABELS, CUE_LABELS, CUE_METRIC_LABELS,
+                          INTERVENTION_NAMES, INTERVENTIONS, L2D_METRIC_LABELS, L2D_RANGES, OUTCOME_GROUPS,
+                          PAPER_PROFILE, STRATEGIES, STRATUM_LABELS, STRATUM_SETS)
 from .context import ReportContext
 
 SIM = " (simulator)"
@@ -304,6 +302,7 @@ def weights_frame(ctx: ReportContext) -> pd.DataFrame:
     m = ctx.model("cue")
     if m is None:
         return pd.DataFrame()
+    from ..simulate.respondent import get_profile, true_cue_weights  # (LangChain: imported only when needed)
     s = ctx.summary("cue").copy()
     llms = ctx.llm_table().set_index("name")
     truth = []

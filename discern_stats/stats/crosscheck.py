@@ -10,9 +10,7 @@ zero relative to the conditional (random-effect) weights by roughly
 
 from __future__ import annotations
 
-import numpy as np
 import pandas as pd
-import statsmodels.api as sm
 from scipy import stats as sps
 
 from ..core.vocab import WEIGHT_TRACKS
@@ -21,6 +19,7 @@ from ..core.vocab import WEIGHT_TRACKS
 def cue_glm(df: pd.DataFrame, *, tracks: tuple[str, ...] = WEIGHT_TRACKS,
             level: float = 0.95) -> pd.DataFrame:
     """Cluster-robust logistic weights per LLM x intervention: one row per cue."""
+    import statsmodels.api as sm  # imported here: 1.2 s that no report page needs
     from ..bayes.cue_weights import choice_table
     from ..core.vocab import CUES
     d = choice_table(df, tracks)

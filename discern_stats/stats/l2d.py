@@ -30,17 +30,12 @@ from concurrent.futures import ThreadPoolExecutor
 import numpy as np
 import pandas as pd
 
+from ..core.vocab import CHANCE, CLAIM_AGREES, OUTCOMES
 from ..errors import InputError
 from .bootstrap import (DEFAULT_RESAMPLES, cluster_spearman, jackknife_ratio, ratio, resample_counts, summarise,
                         with_all_once)
 from .crossed import SOURCE_RESAMPLES, CrossedIndex, crossed_interval, ratio_source_replicates, spearman_source_replicates
 
-OUTCOMES = ["Correct Hold", "Appropriate Update", "Stubborn", "Inappropriate Update", "Sycophantic Cave"]
-CLAIM_AGREES = "Claim agrees"
-OUTCOME_GROUPS = {"good": ["Correct Hold", "Appropriate Update"], "neutral": ["Stubborn"],
-                  "bad": ["Inappropriate Update", "Sycophantic Cave"]}
-CHANCE = {"SD": 0.0, "TD": 0.0, "rel_propensity": 0.5, "truth_propensity": 0.5, "CD": 0.5, "rho_pop": 0.0,
-          "rho_rhat_R": 0.0, "rho_delta_rhat": 0.0}
 METHODS = {"crossed": "crossed items x sources (item-cluster bootstrap + source term net of item levels, "
                       "Cameron-Gelbach-Miller two-way variance), normal",
            "percentile": "percentile item-cluster bootstrap (items only)",
