@@ -80,10 +80,8 @@ def _graphs(w):
     from discern_stats.core import vocab
     yield from (cue_bank.factorial_graph(w, *f) for f in vocab.FACTORIAL)
     yield from (cue_bank.history_graph(w, h) for h in vocab.HISTORY_CONFIGS)
-    for o, t in vocab.COMPETITION_ORDER:
-        yield cue_bank.conflict_graph(w, 7, 7, time_b=f"{t}:00", time_a="08:00" if t == "12" else "12:00",
-                                      b_first=(o == "B"))
-    yield from (cue_bank.conflict_graph(w, 7, 7, structure=s) for s in vocab.STRUCTURE_STEPS)
+    yield from (cue_bank.order_time_graph(w, o, t) for o, t in vocab.COMPETITION_ORDER)
+    yield from (cue_bank.structure_graph(w, s) for s in vocab.STRUCTURE_STEPS)
     yield from (cue_bank.verified_graph(w, v) for v in vocab.VERIFIED_STATES)
 
 

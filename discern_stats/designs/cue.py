@@ -38,8 +38,9 @@ from ..core.vocab import (COMPETITION_ORDER, FACTORIAL, HISTORY_CONFIGS, INTERVE
                           STRUCTURAL_AXES, STRUCTURE_STEPS, SWAP_CONDITIONS, VERIFIED_STATES, factorial_code,
                           order_time_code, structure_code, verified_code)
 from ..errors import InputError
-from .cue_bank import (BACKGROUNDS, DOMAINS, FORMATS, H, QUALITY_REALIZATIONS, RELATIONS, EvidenceGraph, WorldSpec,
-                       build_worlds, check_world_seed, conflict_graph, factorial_graph, history_graph, verified_graph)
+from .cue_bank import (BACKGROUNDS, DOMAINS, FORMATS, QUALITY_REALIZATIONS, RELATIONS, EvidenceGraph, WorldSpec,
+                       build_worlds, check_world_seed, factorial_graph, history_graph, order_time_graph,
+                       structure_graph, verified_graph)
 from .cue_render import NATURALIZED, render_graph
 from .tokens import count_tokens
 
@@ -53,11 +54,7 @@ def fact_set(g: EvidenceGraph) -> list[dict[str, Any]]:
     """The epistemic facts of a graph (never the verification), one dict per original source."""
     w = g.world
     facts = []
-    numbers = []
-    k = 0
-    for m in g.messages:
-        k += 0 if m.repeat else 1
-        numbers.append(k)
+    numbers = g.message_numbers()
     for s in sorted(g.sources, key=lambda s: s.name):
         recs = [r for r in g.records if r.observer == s.name]
         if not recs:
@@ -172,12 +169,8 @@ def _p2_options(g_separate: EvidenceGraph, g_shared: EvidenceGraph) -> dict[str,
     """P2 options (seed 001 C.2): the message-to-record mapping of the separate-roots and the
     shared-root arm of the world's factorial graphs, each with complete or partial identifiers."""
     def mapping(g: EvidenceGraph) -> str:
-        k, out = 0, []
-        for m in g.messages:
-            if not m.repeat:
-                k += 1
-                out.append(f"message {k} cites {m.record}")
-        return "; ".join(out)
+        return "; ".join(f"message {k} cites {m.record}" for k, m in zip(g.message_numbers(), g.messages)
+                         if not m.repeat)
     sep, sh = mapping(g_separate), mapping(g_shared)
     return {"A": f"{sep}; identifying information is complete.",
             "B": f"{sep}; identifying information is partly unavailable.",
@@ -242,10 +235,9 @@ def world_requests(w: WorldSpec, interventions: list[str] | None = None, fmt: st
         for hc in SWAP_CONDITIONS:
             add(iv, "swap", "P4", hc, history_graph(w, hc), p4q)
         for o, t in COMPETITION_ORDER:
-            g = conflict_graph(w, H, H, time_b=f"{t}:00", time_a="08:00" if t == "12" else "12:00", b_first=(o == "B"))
-            add(iv, "competition", "P4", order_time_code(o, t), g, p4q)
+            add(iv, "competition", "P4", order_time_code(o, t), order_time_graph(w, o, t), p4q)
         for s in STRUCTURE_STEPS:
-            add(iv, "competition", "P4", structure_code(s), conflict_graph(w, H, H, structure=s), p4q)
+            add(iv, "competition", "P4", structure_code(s), structure_graph(w, s), p4q)
         for v in VERIFIED_STATES:
             add(iv, "verified", "P4", verified_code(v), verified_graph(w, v), p4q, gold_state=v)
     return out

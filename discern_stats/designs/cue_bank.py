@@ -239,6 +239,14 @@ class EvidenceGraph:
     background: str = ""
     show_histories: bool = True
 
+    def message_numbers(self) -> list[int]:
+        """The number shown for each message: a verbatim repeat keeps the number of the one it repeats."""
+        out, k = [], 0
+        for m in self.messages:
+            k += 0 if m.repeat else 1
+            out.append(k)
+        return out
+
     def record(self, rid: str) -> RecordNode:
         return next(r for r in self.records if r.id == rid)
 
@@ -352,6 +360,18 @@ def conflict_graph(w: WorldSpec, hist_a: int, hist_b: int, *, time_b: str = "12:
     return _finish(w, sources, records, msgs, extra_targets=[ea])
 
 
+def order_time_graph(w: WorldSpec, order: str, time: str) -> EvidenceGraph:
+    """Competition ``order={order}-first,time={time}``: both sources 7/8; B's report describes
+    ``time``:00 and A's the other time (08:00 / 12:00); ``order`` names whose message comes first."""
+    return conflict_graph(w, H, H, time_b=f"{time}:00", time_a="08:00" if time == "12" else "12:00",
+                          b_first=(order == "B"))
+
+
+def structure_graph(w: WorldSpec, step: str) -> EvidenceGraph:
+    """Competition ``structure={step}``: both sources 7/8, B's report structure one of STRUCTURE_STEPS."""
+    return conflict_graph(w, H, H, structure=step)
+
+
 def verified_graph(w: WorldSpec, state: str) -> EvidenceGraph:
     """The factorial base (HH, clear, separate) plus a trusted 14:00 verification of ``state``."""
     return replace(factorial_graph(w, "HH", "clear", "separate"), verified=state)
@@ -363,4 +383,5 @@ def history_graph(w: WorldSpec, config: str) -> EvidenceGraph:
 
 
 __all__ = ["WorldSpec", "EvidenceGraph", "SourceNode", "RecordNode", "MessageNode", "build_worlds",
-           "factorial_graph", "conflict_graph", "verified_graph", "history_graph", "check_world_seed"]
+           "factorial_graph", "conflict_graph", "verified_graph", "history_graph", "order_time_graph",
+           "structure_graph", "check_world_seed"]

@@ -98,9 +98,7 @@ def check_rendering(g: EvidenceGraph, text: str) -> list[str]:
         rec = g.record(recs[0]) if len(recs) == 1 and recs[0] in {r.id for r in g.records} else None
         got.append((int(m.group(1)), recs[0] if len(recs) == 1 else tuple(recs), frozenset(_NAME.findall(ln)),
                     bool(m.group(2)), rec is not None and f"at {rec.event_time}" in ln and says(ln, rec.state)))
-    k = 0
-    for msg in g.messages:
-        k += 0 if msg.repeat else 1
+    for k, msg in zip(g.message_numbers(), g.messages):
         want.append((k, msg.record, frozenset(msg.path) | {msg.relay}, msg.repeat, True))
     if got != want:
         problems.append(f"messages: text {got} != graph {want}")

@@ -43,15 +43,6 @@ def _hops(m: MessageNode) -> str:
     return ", passed on by " + ", then ".join(before)
 
 
-def _numbers(g: EvidenceGraph) -> list[int]:
-    """The number shown for each message: a verbatim repeat keeps the number of the one it repeats."""
-    out, k = [], 0
-    for m in g.messages:
-        k += 0 if m.repeat else 1
-        out.append(k)
-    return out
-
-
 @dataclass
 class Parts:
     """The evidence sentences of a graph, format-neutral, one per element (no final period)."""
@@ -62,8 +53,6 @@ class Parts:
     records: list[str]
     messages: list[str]
     message_relays: list[str]
-    message_numbers: list[int]
-    repeats: list[bool]
     background: str
     verification: str | None
 
@@ -75,9 +64,8 @@ def parts(g: EvidenceGraph) -> Parts:
             f"verification" for s in g.sources if g.show_histories and s.history is not None]
     records = [f"record {r.id} is {medium} made by {r.observer}, describing {r.event_time} and received at "
                f"{r.received}; {_identifier(w, r)}" for r in g.records]
-    nums = _numbers(g)
     msgs = []
-    for m, k in zip(g.messages, nums):
+    for m, k in zip(g.messages, g.message_numbers()):
         r = g.record(m.record)
         msgs.append(f"message {k}{' (repeated)' if m.repeat else ''} from {m.relay}, a faithful relay, cites record "
                     f"{m.record}{_hops(m)}; it states that at {r.event_time} the {w.attr} of {w.entity} was "
@@ -87,8 +75,7 @@ def parts(g: EvidenceGraph) -> Parts:
     return Parts(intro=f"the {w.attr} of {w.entity}; candidate values: {w.value_a}; {w.value_b}",
                  histories=hist,
                  initial=f"trusted initial record ({INITIAL_TIME}): the {w.attr} of {w.entity} was {w.value_a}",
-                 records=records, messages=msgs, message_relays=[m.relay for m in g.messages], message_numbers=nums,
-                 repeats=[m.repeat for m in g.messages],
+                 records=records, messages=msgs, message_relays=[m.relay for m in g.messages],
                  background=f"at {g.background_time}, {g.background_text().rstrip('.')}", verification=ver)
 
 

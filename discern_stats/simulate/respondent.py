@@ -92,20 +92,26 @@ def text_key(text: str) -> str:
     return hashlib.blake2b(text.encode(), digest_size=16).hexdigest()
 
 
+def current_messages(facts: dict[str, Any]) -> tuple[dict[str, dict[str, Any]], list[dict[str, Any]]]:
+    """(records by id, the messages about the current state): records that describe the trusted
+    initial record's time restate it and carry no cue (the extra sources of source-count worlds)."""
+    recs = {r["id"]: r for r in facts["records"]}
+    return recs, [m for m in facts["messages"] if recs[m["record"]]["event_time"] != facts["initial"]["time"]]
+
+
 def cue_codes_from_facts(facts: dict[str, Any]) -> dict[str, float]:
     """Cue codes perceived from a request's evidence graph (`EvidenceGraph.facts`); equal to
     `core.coding.cue_codes` of the request's condition labels (tested).
 
-    Records that describe the trusted initial record's time restate it and carry no cue (the
-    extra sources of source-count worlds); a verbatim repeat is a second line of the same speaker.
+    Only the current messages count (`current_messages`); a verbatim repeat is a second line of the
+    same speaker.
     """
     x = dict.fromkeys(CUES, 0.0)
     if facts["verified"] is not None:
         x["verified"] = 0.5 if facts["verified"] == "B" else -0.5
         return x
-    recs = {r["id"]: r for r in facts["records"]}
+    recs, current = current_messages(facts)
     hist = {s["name"]: s["history"] for s in facts["sources"]}
-    current = [m for m in facts["messages"] if recs[m["record"]]["event_time"] != facts["initial"]["time"]]
     a_msgs = [m for m in current if recs[m["record"]]["state"] == "A"]
     b_msgs = [m for m in current if recs[m["record"]]["state"] == "B"]
     if not a_msgs:  # factorial: all current reports support B against the trusted initial A
@@ -207,8 +213,8 @@ class SyntheticChatModel(BaseChatModel):
         if probe == "P1":
             gold, p, options = next(k for k, v in letters.items() if v == f["initial"]["state"]), acc["P1"], list(letters)
         elif probe == "P2":
-            recs = {r["id"]: r for r in f["records"]}
-            cited = {m["record"] for m in f["messages"] if recs[m["record"]]["event_time"] != f["initial"]["time"]}
+            recs, current = current_messages(f)
+            cited = {m["record"] for m in current}
             limited = any(recs[r]["quality"] == "limited" for r in cited)
             gold = ("B" if limited else "A") if len(cited) > 1 else ("D" if limited else "C")
             p = acc["P2"]
