@@ -13,19 +13,19 @@ from __future__ import annotations
 import importlib
 from typing import TYPE_CHECKING, Any
 
-__version__ = "0.1.0"
+from .core.version import __version__  # noqa: F401  (the package version)
 
 _EXPORTS = {
-    "DEFAULT_DB_URL": ".db", "TrialDB": ".trialdb",
-    "DiscernError": ".errors", "InputError": ".errors", "DatabaseURLError": ".errors", "SpecError": ".errors",
-    "StaleFitError": ".errors",
+    "DEFAULT_DB_URL": ".store.db", "TrialDB": ".store.trialdb",
+    "DiscernError": ".core.errors", "InputError": ".core.errors", "DatabaseURLError": ".core.errors",
+    "SpecError": ".core.errors", "StaleFitError": ".core.errors",
     "metrics": ".stats", "holm": ".stats", "intervention_contrasts": ".stats", "intervention_family": ".stats",
     "bootstrap_counts": ".stats.bootstrap:resample_counts",
     "fit": ".bayes", "CueWeightModel": ".bayes", "DiscernmentModel": ".bayes", "InterventionContrastModel": ".bayes",
     "collect": ".collect.runner",
     "design_cue": ".designs", "design_l2d": ".designs",
-    "import_items": ".interchange", "import_sources": ".interchange", "import_trials": ".interchange",
-    "export_trials": ".interchange", "read_table": ".interchange",
+    "import_items": ".store.importing", "import_sources": ".store.importing", "import_trials": ".store.importing",
+    "export_trials": ".store.exporting", "read_table": ".store.tables",
 }
 
 __all__ = list(_EXPORTS)
@@ -48,10 +48,12 @@ def __dir__() -> list[str]:
 if TYPE_CHECKING:  # for type checkers and IDEs: the same names, imported eagerly
     from .bayes import CueWeightModel, DiscernmentModel, InterventionContrastModel, fit
     from .collect.runner import collect
-    from .db import DEFAULT_DB_URL
+    from .core.errors import DatabaseURLError, DiscernError, InputError, SpecError, StaleFitError
     from .designs import design_cue, design_l2d
-    from .errors import DatabaseURLError, DiscernError, InputError, SpecError, StaleFitError
-    from .interchange import export_trials, import_items, import_sources, import_trials, read_table
     from .stats import holm, intervention_contrasts, intervention_family, metrics
     from .stats.bootstrap import resample_counts as bootstrap_counts
-    from .trialdb import TrialDB
+    from .store.db import DEFAULT_DB_URL
+    from .store.exporting import export_trials
+    from .store.importing import import_items, import_sources, import_trials
+    from .store.tables import read_table
+    from .store.trialdb import TrialDB

@@ -14,8 +14,8 @@ from rich.console import Console
 from rich.table import Table
 
 from .core.vocab import STRATEGIES
-from .db import DEFAULT_DB_URL
-from .errors import DiscernError, InputError
+from .store.db import DEFAULT_DB_URL
+from .core.errors import DiscernError, InputError
 
 # a terminal sets the width; a pipe or a log file gets long lines, not rich's 80-column default
 console = Console(width=None if sys.stdout.isatty() else 200)
@@ -67,12 +67,12 @@ def _fail(exc: Exception) -> None:
 
 def _open(db: Optional[str], read_only: bool = False):
     """The database at ``db`` (`resolve_db`); ``read_only`` commands refuse a URL with no database behind it."""
-    from .trialdb import TrialDB
+    from .store.trialdb import TrialDB
     return TrialDB(resolve_db(db, read_only), must_exist=read_only)
 
 
 def _design_arg(design: str) -> str:
-    from .interchange import check_design
+    from .store.tables import check_design
     return check_design(design)
 
 
@@ -160,7 +160,7 @@ def import_popularity_cmd(file: Path = typer.Argument(..., help="Tranco list (ra
 
     Example: `discern-stats import popularity tranco_top1m.csv --unmatched unmatched.txt`
     """
-    from .interchange import import_popularity
+    from .store.importing import import_popularity
     try:
         res = import_popularity(_open(db).engine, file)
     except DiscernError as exc:
@@ -217,7 +217,7 @@ def export_stimuli_cmd(design: str = typer.Argument(..., help="cue or l2d"),
 
     Example: `discern-stats export stimuli cue --out cue_stimuli.jsonl`
     """
-    from .interchange import export_stimuli
+    from .store.exporting import export_stimuli
     try:
         n = export_stimuli(_open(db, read_only=True).engine, _design_arg(design), out)
     except DiscernError as exc:
@@ -332,7 +332,7 @@ def metrics_cmd(design: str = typer.Argument(..., help="l2d or cue"),
 
     Example: `discern-stats metrics l2d --out l2d_metrics.csv --subgroup oecd --subgroup era`
     """
-    from .interchange import write_table
+    from .store.tables import write_table
     from .stats import holm_contrasts, metrics
     try:
         d = _design_arg(design)

@@ -13,8 +13,8 @@ from .collect.runner import collect
 from .collect.spec import load_spec
 from .simulate.respondent import SIMULATOR_NOTE, get_profile, true_cue_weights
 from .designs import INTERVENTIONS, design_cue, design_l2d
-from .interchange import write_table
-from .trialdb import TrialDB
+from .store.tables import write_table
+from .store.trialdb import TrialDB
 
 DEMO_SPECS = ("demo_cue.yaml", "demo_l2d.yaml")
 DEMO_ITEMS = 24  # Design A items drawn from the Gapminder bank, evenly across era x OECD x topic
@@ -33,7 +33,7 @@ DEMO_MARKER = ".discern_stats_demo"
 def prepare_output_folder(out: Path) -> None:
     """An empty ``out`` for the demo. A folder the demo made before (it holds the marker file) is
     cleared; an empty folder is used; any other existing path is refused, never deleted."""
-    from .errors import InputError
+    from .core.errors import InputError
     if out.exists():
         if not out.is_dir():
             raise InputError(f"--out {out} exists and is not a folder; choose another --out")

@@ -15,7 +15,7 @@ from discern_stats.collect.runner import collect
 from discern_stats.collect.spec import spec_from_dict
 from discern_stats.simulate.respondent import get_profile, true_cue_weights
 from discern_stats.designs import design_cue, design_l2d
-from discern_stats.errors import StaleFitError
+from discern_stats.core.errors import StaleFitError
 
 pytestmark = pytest.mark.slow
 PROFILES = ("source-sensitive", "order-biased")
@@ -165,7 +165,7 @@ def test_prior_sensitivity_table(cue_db):
     """Weights under a weak and a tight between-LLM scale prior: one row per prior x LLM x cue; the
     tight prior (mean 0.3) pulls tau and the LLMs' weights together."""
     from discern_stats.bayes import prior_sensitivity
-    from discern_stats.errors import InputError
+    from discern_stats.core.errors import InputError
     df = ds.TrialDB(cue_db).trials("cue")
     df = df[df.intervention == "C0"]
     t = prior_sensitivity(df, priors=((2.0, 1.0), (50.0, 0.1)), fit_kwargs={"draws": 500, "chains": 2},

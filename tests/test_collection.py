@@ -18,9 +18,9 @@ import discern_stats as ds
 from discern_stats.collect.parsing import parse_integer, parse_letter, parse_number
 from discern_stats.collect.runner import collect
 from discern_stats.collect.spec import load_spec, spec_from_dict
-from discern_stats.db import Attempt, Trial
+from discern_stats.store.db import Attempt, Trial
 from discern_stats.designs import design_cue, design_l2d
-from discern_stats.errors import SpecError
+from discern_stats.core.errors import SpecError
 from discern_stats.simulate.server import FakeOpenAIServer
 
 

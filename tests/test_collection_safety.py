@@ -24,9 +24,9 @@ import discern_stats as ds
 from discern_stats.cli import app
 from discern_stats.collect.runner import collect
 from discern_stats.collect.spec import spec_from_dict
-from discern_stats.db import Run, Trial
+from discern_stats.store.db import Run, Trial
 from discern_stats.designs import design_cue
-from discern_stats.errors import SpecError
+from discern_stats.core.errors import SpecError
 from discern_stats.simulate.server import FakeOpenAIServer
 
 runner = CliRunner()

@@ -13,7 +13,7 @@ from typer.testing import CliRunner
 
 import discern_stats as ds
 from discern_stats.cli import app
-from discern_stats.db import Request
+from discern_stats.store.db import Request
 from discern_stats.designs import cue, cue_bank, cue_fidelity, cue_render, l2d
 from discern_stats.designs.tokens import count_tokens
 

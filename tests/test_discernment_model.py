@@ -16,7 +16,7 @@ from scipy import stats
 from discern_stats.bayes import DiscernmentModel
 from discern_stats.bayes.base import hdi_columns
 from discern_stats.core.coding import classify_response
-from discern_stats.errors import InputError
+from discern_stats.core.errors import InputError
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "benchmarks"))
 from bench_discernment import simulate  # noqa: E402  (the benchmark's generative model)

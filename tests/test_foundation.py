@@ -11,8 +11,9 @@ import sqlalchemy as sa
 from typer.testing import CliRunner
 
 import discern_stats as ds
+from discern_stats.store.tables import validate_trials, write_table
 from discern_stats.cli import app
-from discern_stats.db import Item, Source, Trial
+from discern_stats.store.db import Item, Source, Trial
 
 runner = CliRunner()
 
@@ -65,7 +66,7 @@ def _same(a: pd.DataFrame, b: pd.DataFrame) -> None:
 def test_l2d_round_trip(any_url, tmp_path, ext):
     df = l2d_frame()
     src = tmp_path / f"in.{ext}"
-    ds.interchange.write_table(df, src)
+    write_table(df, src)
     db = ds.TrialDB(any_url)
     assert db.import_trials("l2d", src) == 2 * 2 * 2 + len(df)  # priors + posteriors
     assert db.import_trials("l2d", src) == 0  # idempotent
@@ -73,8 +74,8 @@ def test_l2d_round_trip(any_url, tmp_path, ext):
     db.export_trials("l2d", out)
     back = ds.read_table(out)
     if ext == "csv":
-        back = ds.interchange.validate_trials(back, "l2d")
-        df2 = ds.interchange.validate_trials(ds.read_table(src), "l2d")
+        back = validate_trials(back, "l2d")
+        df2 = validate_trials(ds.read_table(src), "l2d")
     else:
         df2 = df
     _same(df2, back)
@@ -89,15 +90,15 @@ def test_l2d_round_trip(any_url, tmp_path, ext):
 def test_cue_round_trip(any_url, tmp_path, ext):
     df = cue_frame()
     src = tmp_path / f"in.{ext}"
-    ds.interchange.write_table(df, src)
+    write_table(df, src)
     db = ds.TrialDB(any_url)
     assert db.import_trials("cue", src) == len(df)
     assert db.import_trials("cue", src) == 0
     out = tmp_path / f"out.{ext}"
     r = runner.invoke(app, ["export", "trials", "cue", "--out", str(out), "--db", any_url])
     assert r.exit_code == 0, r.output
-    back = ds.interchange.validate_trials(ds.read_table(out), "cue")
-    ref = ds.interchange.validate_trials(ds.read_table(src), "cue")
+    back = validate_trials(ds.read_table(out), "cue")
+    ref = validate_trials(ds.read_table(src), "cue")
     _same(ref, back)
     db.dispose()
 

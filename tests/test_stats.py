@@ -11,7 +11,8 @@ from scipy import stats as sps
 from statsmodels.stats.multitest import multipletests
 
 import discern_stats as ds
-from discern_stats.stats.bootstrap import cluster_spearman, resample_counts, weighted_spearman
+from discern_stats.stats.bootstrap import resample_counts
+from discern_stats.stats.spearman import cluster_spearman, weighted_spearman
 from discern_stats.stats.cue import cue_metrics, intervention_contrasts
 from discern_stats.stats.holm import holm
 from discern_stats.stats.l2d import _fenwick_kernel_py, _fenwick_pairs, l2d_metrics, outcome, prepare, propensity
@@ -170,7 +171,7 @@ def test_cluster_spearman_equals_spearman_on_expanded_resample():
     several y at once, with heavy ties in x (half the updates are 0), clusters of unequal size,
     a resample count that is not a multiple of the kernel's lane count, and a resample whose
     x is constant (rho undefined: NaN, as scipy gives)."""
-    from discern_stats.stats import bootstrap as bs
+    from discern_stats.stats import spearman as bs
     from discern_stats.stats.spearman_lanes import LANES
     rng = np.random.default_rng(5)
     n, n_cl, B = 80, 12, 10 * LANES + 1
@@ -275,7 +276,7 @@ def test_cluster_robust_glm_recovers_profile_weights(tmp_path):
     from discern_stats.collect.spec import spec_from_dict
     from discern_stats.simulate.respondent import get_profile, true_cue_weights
     from discern_stats.designs import design_cue
-    from discern_stats.stats.crosscheck import cue_glm
+    from discern_stats.stats.cue_glm import cue_glm
     import statsmodels.api as sm
     url = f"sqlite:///{tmp_path / 't.db'}"
     design_cue(ds.TrialDB(url).engine, n_worlds=120)
@@ -288,7 +289,7 @@ def test_cluster_robust_glm_recovers_profile_weights(tmp_path):
     for r in g.itertuples():
         assert r.lo <= 0.96 * truth[r.cue] <= r.hi or r.lo <= truth[r.cue] <= r.hi, r
     # the cluster-robust SE is the statsmodels one, computed independently here
-    from discern_stats.bayes.cue_weights import choice_table
+    from discern_stats.core.coding import choice_table
     d = choice_table(df, ("factorial",))
     X = pd.concat([pd.Series(1.0, index=d.index, name="const"), d[["R", "Q", "I"]]], axis=1)
     ref = sm.Logit(d.y, X).fit(disp=0, cov_type="cluster", cov_kwds={"groups": pd.factorize(d.world_id)[0]})
@@ -299,7 +300,7 @@ def test_cluster_robust_glm_recovers_profile_weights(tmp_path):
 
 
 def test_subgroup_gaps_equal_independent_computations_and_refuse_bad_tags():
-    from discern_stats.errors import InputError
+    from discern_stats.core.errors import InputError
     from discern_stats.stats.l2d import subgroup_gaps
     df = sim_l2d(40, seed=3, slope=0.6)
     items = sorted(df.item_id.unique())

@@ -11,7 +11,7 @@ from typer.testing import CliRunner
 
 import discern_stats as ds
 from discern_stats.cli import app
-from discern_stats.db import Item, Request, Source
+from discern_stats.store.db import Item, Request, Source
 from discern_stats.designs import item_bank
 
 runner = CliRunner()

@@ -1,9 +1,9 @@
 """Hierarchical Bayesian models (PyMC, ArviZ): cue weights, discernment, intervention contrasts;
 the cue-weight models' own Gibbs sampler (`logit_gibbs`)."""
 
-from ..errors import InputError
-from .base import ESS_MIN, HDI_PROB, RHAT_MAX, BayesModel, ConvergenceWarning, check_convergence, data_hash
-from .cue_weights import CueWeightModel, InterventionContrastModel, choice_table, prior_sensitivity
+from ..core.errors import InputError
+from .base import ESS_MIN, HDI_PROB, RHAT_MAX, BayesModel, ConvergenceWarning, check_convergence
+from .cue_weights import CueWeightModel, InterventionContrastModel, prior_sensitivity
 from .discernment import DiscernmentModel
 from .logit_gibbs import LogitDesign, logit_gibbs
 
@@ -11,7 +11,7 @@ MODELS = {"cue": CueWeightModel, "discernment": DiscernmentModel, "intervention"
 DESIGN_OF = {"cue": "cue", "discernment": "l2d", "intervention": "cue"}
 
 __all__ = ["BayesModel", "CueWeightModel", "DiscernmentModel", "InterventionContrastModel", "ConvergenceWarning",
-           "check_convergence", "data_hash", "choice_table", "LogitDesign", "logit_gibbs", "MODELS", "DESIGN_OF", "HDI_PROB", "RHAT_MAX", "ESS_MIN"]
+           "check_convergence", "LogitDesign", "logit_gibbs", "MODELS", "DESIGN_OF", "HDI_PROB", "RHAT_MAX", "ESS_MIN"]
 
 
 def fit(model: str, df, models_dir="models", *, refit: bool = False, fit_kwargs: dict | None = None, **config):

@@ -13,7 +13,6 @@ summary and the reports show.
 
 from __future__ import annotations
 
-import hashlib
 import json
 import time
 import warnings
@@ -25,7 +24,8 @@ from typing import Any, ClassVar
 import numpy as np
 import pandas as pd
 
-from ..errors import InputError, StaleFitError
+from ..core.errors import InputError, StaleFitError
+from ..store.tables import data_hash
 
 RHAT_MAX = 1.01
 ESS_MIN = 400
@@ -37,18 +37,6 @@ GIBBS_TUNE = 200  # default burn-in of the Gibbs sampler (nothing to adapt)
 
 class ConvergenceWarning(UserWarning):
     """A fit failed R-hat, ESS or divergence checks."""
-
-
-def data_hash(df: pd.DataFrame) -> str:
-    """SHA-256 of the model input table, independent of row order: the column names and dtypes,
-    then the sorted 64-bit hashes of the rows (pandas' hash_pandas_object: exact float bits).
-    About 50x faster than hashing canonical CSV text (11 s at 600,000 rows)."""
-    d = df.reset_index(drop=True)
-    d = d[sorted(d.columns)]
-    rows = np.sort(pd.util.hash_pandas_object(d, index=False).to_numpy())
-    h = hashlib.sha256(json.dumps([list(map(str, d.columns)), [str(t) for t in d.dtypes]]).encode())
-    h.update(rows.tobytes())
-    return h.hexdigest()
 
 
 def versions() -> dict[str, str]:

@@ -45,22 +45,12 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from ..core.coding import block_of, cue_codes
+from ..core.coding import choice_table
 from ..core.vocab import BLOCK_CUES, CONTRAST_SCOPES, CUES, INTERVENTION_CONTRASTS, SUCCESSIVE_CUES, WEIGHT_TRACKS
-from ..errors import InputError
+from ..core.errors import InputError
 from .base import HDI_PROB, BayesModel, gibbs_progress, hdi_columns
 from .logit_gibbs import LogitDesign
 from .spec import Block, HierarchicalGLM
-
-def choice_table(df: pd.DataFrame, tracks: tuple[str, ...] = WEIGHT_TRACKS) -> pd.DataFrame:
-    """Valid P4 choices with their block and cue codes (from the condition labels)."""
-    d = df[(df["probe"] == "P4") & df["track"].isin(tracks) & df["valid"].astype(bool) & df["choice"].notna()]
-    codes = pd.DataFrame([cue_codes(t, c) for t, c in zip(d["track"], d["condition"])], index=d.index)
-    out = pd.concat([d[["llm", "intervention", "stratum", "world_id"]], codes], axis=1)
-    out["block"] = [block_of(t, c) for t, c in zip(d["track"], d["condition"])]
-    out["y"] = (d["choice"] == "B").astype(int)
-    return out
-
 
 def _logistic(x: np.ndarray) -> np.ndarray:
     return 1.0 / (1.0 + np.exp(-x))

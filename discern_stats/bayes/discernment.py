@@ -43,7 +43,7 @@ import pandas as pd
 
 from ..core.vocab import RESPONSES
 from ..core.coding import classify_response
-from ..errors import InputError
+from ..core.errors import InputError
 from .base import HDI_PROB, BayesModel, gibbs_progress, hdi_columns
 from .spec import Block, HierarchicalGLM
 

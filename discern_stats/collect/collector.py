@@ -24,8 +24,8 @@ from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn, TimeRemainingColumn
 from tenacity import AsyncRetrying, retry_if_exception, stop_after_attempt, wait_exponential_jitter
 
-from ..db import Attempt, Item, Request, Run, Source, Trial, dumps, insert_ignore_many, upsert_many, utcnow
-from ..trialdb import TrialDB
+from ..store.db import Attempt, Item, Request, Run, Source, Trial, dumps, insert_ignore_many, upsert_many, utcnow
+from ..store.trialdb import TrialDB
 from .parsing import failure_status, parse
 from .providers import build_chat_model, close_chat_model, endpoint, error_type, http_status, is_retryable
 from .queue import (NO_OUTCOME, NO_OUTCOME_TEXT, LeaseKeeper, claim, collector_id, ensure_llms,
@@ -34,7 +34,7 @@ from .ratelimit import AdaptiveLimit, retry_after_s
 from .spec import LLMSpec, RetryPolicy, RunSpec
 
 def code_version() -> str:
-    from .. import __version__
+    from ..core.version import __version__
     try:
         rev = subprocess.run(["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True, timeout=5,
                              cwd=os.path.dirname(__file__)).stdout.strip()

@@ -10,7 +10,7 @@ import json
 import re
 from dataclasses import dataclass
 
-from ..errors import InputError
+from ..core.errors import InputError
 
 _FENCE = re.compile(r"^```(?:json)?\s*(.*?)\s*```$", re.S)
 _NUMBER = re.compile(r"^[-+]?(\d+(\.\d*)?|\.\d+)([eE][-+]?\d+)?$")

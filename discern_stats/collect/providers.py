@@ -8,7 +8,7 @@ from typing import Any
 
 from langchain_core.language_models.chat_models import BaseChatModel
 
-from ..errors import SpecError
+from ..core.errors import SpecError
 from .spec import LLMSpec, RunSpec
 
 RETRYABLE_STATUS = {408, 409, 425, 429, 500, 502, 503, 504, 520, 522, 524, 529}

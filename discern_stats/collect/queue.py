@@ -28,9 +28,9 @@ from typing import Any
 import sqlalchemy as sa
 
 from ..core.keys import trial_key
-from ..db import LLM, Attempt, Request, Run, Trial, insert_ignore, insert_ignore_many, utcnow
-from ..errors import SpecError
-from ..trialdb import TrialDB
+from ..store.db import LLM, Attempt, Request, Run, Trial, insert_ignore, insert_ignore_many, utcnow
+from ..core.errors import SpecError
+from ..store.trialdb import TrialDB
 from .providers import validate_llms
 from .spec import RunSpec
 

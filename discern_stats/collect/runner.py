@@ -19,8 +19,8 @@ from typing import Any
 
 import sqlalchemy as sa
 
-from ..errors import CollectorError, SpecError
-from ..trialdb import TrialDB
+from ..core.errors import CollectorError, SpecError
+from ..store.trialdb import TrialDB
 from .collector import Collector, CollectResult
 from .queue import ensure_llms, mark_interrupted_runs, open_trials, plan_trials, preflight, release_dead_claims
 from .spec import RunSpec

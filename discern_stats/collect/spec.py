@@ -31,7 +31,7 @@ from typing import Any, Literal
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
-from ..errors import SpecError
+from ..core.errors import SpecError
 
 PROVIDERS = ("openai", "anthropic", "ollama", "synthetic")
 

@@ -1,1 +1,2 @@
-"""The ground floor: what every layer may import (keys; errors and vocabularies move here)."""
+"""The ground floor: what every layer may import (errors, request keys, each design's vocabulary, the
+coding of responses, the package version)."""

@@ -20,9 +20,10 @@ from __future__ import annotations
 import re
 
 import numpy as np
+import pandas as pd
 
-from ..errors import InputError
-from .vocab import CUES, STRUCTURE_STEPS
+from .errors import InputError
+from .vocab import CUES, STRUCTURE_STEPS, WEIGHT_TRACKS
 
 
 def block_of(track: str, condition: str) -> str:
@@ -75,3 +76,13 @@ def classify_response(prior, posterior, claim):
     f = (p2 - p1) / (c - p1)
     same = lambda a, b: np.isclose(a, b, rtol=1e-9, atol=0.0)  # noqa: E731
     return np.select([same(p2, p1), same(p2, c), (f > 0) & (f < 1)], ["none", "full", "partial"], "away")
+
+
+def choice_table(df: pd.DataFrame, tracks: tuple[str, ...] = WEIGHT_TRACKS) -> pd.DataFrame:
+    """Valid P4 choices with their block and cue codes (from the condition labels)."""
+    d = df[(df["probe"] == "P4") & df["track"].isin(tracks) & df["valid"].astype(bool) & df["choice"].notna()]
+    codes = pd.DataFrame([cue_codes(t, c) for t, c in zip(d["track"], d["condition"])], index=d.index)
+    out = pd.concat([d[["llm", "intervention", "stratum", "world_id"]], codes], axis=1)
+    out["block"] = [block_of(t, c) for t, c in zip(d["track"], d["condition"])]
+    out["y"] = (d["choice"] == "B").astype(int)
+    return out

@@ -9,8 +9,8 @@ import pandas as pd
 import sqlalchemy as sa
 from sqlalchemy.engine import Engine
 
-from ..db import Item, Request, Source, World, dumps, insert_ignore
-from ..errors import InputError
+from ..store.db import Item, Request, Source, World, dumps, insert_ignore
+from ..core.errors import InputError
 from ..core.keys import cue_request_key
 from . import cue, item_bank, l2d
 from ..core.vocab import FACTORS, INTERVENTIONS, STRATEGIES
@@ -50,7 +50,7 @@ def design_l2d(engine: Engine, *, seed: int = 0, per_stratum: int = 1, strategie
         n_src = conn.execute(sa.select(sa.func.count()).select_from(Source).where(Source.popularity.is_not(None))).scalar()
     if bank is None and n_db_items == 0:
         bank = "gapminder"
-    from ..interchange import upsert_items, upsert_sources
+    from ..store.importing import upsert_items, upsert_sources
     bank_ids = None
     if bank is not None:
         rows = _bank_rows(bank)

@@ -37,7 +37,7 @@ from typing import Any
 from ..core.vocab import (COMPETITION_ORDER, FACTORIAL, HISTORY_CONFIGS, INTERVENTION_NAMES, INTERVENTIONS, STRATA,
                           STRUCTURAL_AXES, STRUCTURE_STEPS, SWAP_CONDITIONS, VERIFIED_STATES, factorial_code,
                           order_time_code, structure_code, verified_code)
-from ..errors import InputError
+from ..core.errors import InputError
 from .cue_bank import (BACKGROUNDS, DOMAINS, FORMATS, QUALITY_REALIZATIONS, RELATIONS, EvidenceGraph, WorldSpec,
                        build_worlds, check_world_seed, factorial_graph, history_graph, order_time_graph,
                        structure_graph, verified_graph)

@@ -32,7 +32,7 @@ from dataclasses import asdict, dataclass, replace
 from typing import Any
 
 from ..core.vocab import HISTORY_CONFIGS, HISTORY_LEVELS, STRATA, STRUCTURAL_AXES
-from ..errors import InputError
+from ..core.errors import InputError
 
 WORLD_SEED_RANGE = (0, 9999)  # world ids are w<seed:04d>-<index:03d>
 
@@ -125,7 +125,7 @@ class WorldSpec:
         return self.value_a if state == "A" else self.value_b
 
     def to_row(self) -> dict[str, Any]:
-        from ..db import dumps
+        from ..store.db import dumps
         return {"world_id": self.world_id, "seed": self.seed, "stratum": self.stratum, "relation": self.relation,
                 "domain": self.domain, "discourse_format": self.discourse_format,
                 "quality_realization": self.quality_realization, "background": self.background, "axis": self.axis,

@@ -24,7 +24,7 @@ from importlib import resources
 import pandas as pd
 
 from ..core.vocab import ERA_CUTOFF_YEAR
-from ..errors import InputError
+from ..core.errors import InputError
 
 YEARS = (1962, 1982, 1997, 2007)
 # OECD member -> year of accession (oecd.org); only countries present in the Gapminder table

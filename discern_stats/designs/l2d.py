@@ -17,7 +17,7 @@ from typing import Any
 import pandas as pd
 
 from ..core.vocab import FACTORS, STRATEGIES
-from ..errors import InputError
+from ..core.errors import InputError
 from ..core.keys import l2d_posterior_key, l2d_prior_key
 
 
@@ -108,7 +108,7 @@ def build_requests(items: pd.DataFrame, sources: pd.DataFrame, *, seed: int = 0,
 
     Each item gets its own stratified source draw (6 x ``per_stratum`` sources), shared by all strategies.
     """
-    from ..db import dumps
+    from ..store.db import dumps
     bad = [s for s in strategies if s not in STRATEGIES]
     if bad:
         raise InputError(f"unknown strategy {bad[0]!r}; expected one of {', '.join(STRATEGIES)}")

@@ -3,7 +3,7 @@
 A table is stored as parquet under ``<folder>/<key>.parquet``. Its key is the SHA-256 of
 everything the numbers depend on:
 - the name of the computation;
-- the data hash of the trial table (`bayes.base.data_hash`: row order does not matter);
+- the data hash of the trial table (`store.tables.data_hash`: row order does not matter);
 - the resamples and the seed;
 - the source text of the package that computes it (``stats``; ``bayes`` for the summaries of saved
   fits, whose identity is their manifest), so that a changed statistic is never served from an
@@ -38,7 +38,7 @@ def _code_hash(package: str = "stats") -> str:
 
 
 def cache_key(name: str, trials: pd.DataFrame, *, code: str = "stats", **settings) -> str:
-    from ..bayes.base import data_hash
+    from ..store.tables import data_hash
     payload = json.dumps({"name": name, "data": data_hash(trials), "settings": settings, "code": _code_hash(code)},
                          sort_keys=True, default=str)
     return hashlib.sha256(payload.encode()).hexdigest()[:32]

@@ -35,7 +35,7 @@ class ReportContext:
 
     @functools.cached_property
     def db(self):
-        from ..trialdb import TrialDB
+        from ..store.trialdb import TrialDB
         return TrialDB(self.db_url, create=False)
 
     def trials(self, design: str) -> pd.DataFrame:
@@ -98,7 +98,7 @@ class ReportContext:
         key = f"model:{kind}"
         if key not in self._cache:
             from ..bayes import DESIGN_OF, MODELS
-            from ..errors import StaleFitError
+            from ..core.errors import StaleFitError
             cls = MODELS[kind]
             try:
                 self._cache[key] = cls.load(self.trials(DESIGN_OF[kind]), self.models_dir)
@@ -127,7 +127,7 @@ class ReportContext:
         return self._cache.get(f"model_error:{kind}")
 
     def llm_table(self) -> pd.DataFrame:
-        from ..db import LLM
+        from ..store.db import LLM
         return self.db.table(LLM)
 
 

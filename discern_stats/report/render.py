@@ -194,7 +194,7 @@ def _render_page(project: Path, out_dir: Path, page: str, nav_pages: list[str], 
     import pypandoc
     from nbclient.exceptions import CellExecutionError
 
-    from ..errors import DiscernError
+    from ..core.errors import DiscernError
     target = out_dir / Path(page).with_suffix(".html")
     target.parent.mkdir(parents=True, exist_ok=True)
     nav = " ".join(f"<a href='{os.path.relpath(out_dir / Path(q).with_suffix('.html'), target.parent)}'>"

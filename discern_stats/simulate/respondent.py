@@ -43,7 +43,7 @@ from pydantic import ConfigDict, Field
 
 from ..core.coding import CUES
 from ..designs.cue import SYSTEM_INT, SYSTEM_MC
-from ..errors import SpecError
+from ..core.errors import SpecError
 
 SIMULATOR_NOTE = "SIMULATOR (synthetic respondent with known weights; not a real LLM)"
 

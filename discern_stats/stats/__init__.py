@@ -4,16 +4,17 @@ from __future__ import annotations
 
 import pandas as pd
 
-from .bootstrap import DEFAULT_RESAMPLES, resample_counts, summarise, weighted_spearman
+from .bootstrap import DEFAULT_RESAMPLES, resample_counts, summarise
+from .spearman import weighted_spearman
 from .cue import cue_metrics, holm_contrasts, intervention_contrasts, intervention_family
 from .holm import holm
-from .crosscheck import cue_glm
+from .cue_glm import cue_glm
 from .l2d import l2d_metrics, propensity, subgroup_gaps
 
 
 def metrics(design: str, df: pd.DataFrame, **kw) -> pd.DataFrame:
     """The metric table of ``design`` ('l2d' or 'cue') for an interchange DataFrame."""
-    from ..interchange import check_design
+    from ..store.tables import check_design
     if check_design(design) == "l2d":
         return l2d_metrics(df, **kw)
     return cue_metrics(df, **kw)

@@ -45,7 +45,8 @@ import numpy as np
 import pandas as pd
 from scipy import stats as sps
 
-from .bootstrap import cluster_spearman, resample_counts
+from .bootstrap import resample_counts
+from .spearman import cluster_spearman
 
 SOURCE_SEED_OFFSET, CELL_SEED_OFFSET = 7919, 104729  # the source and cell resamples get seeds of their own
 SOURCE_RESAMPLES = 1000

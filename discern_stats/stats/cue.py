@@ -177,11 +177,11 @@ def cue_metrics(df: pd.DataFrame, *, n_resamples: int = DEFAULT_RESAMPLES, seed:
                 ) -> pd.DataFrame:
     """Design B metric table per LLM x intervention x stratum set, in percent / percentage points."""
     if method not in ("percentile", "bca"):
-        from ..errors import InputError
+        from ..core.errors import InputError
         raise InputError(f"unknown interval method {method!r} for Design B; use one of: percentile, bca")
     bad = [s for s in strata if s not in STRATUM_SETS]
     if bad:
-        from ..errors import InputError
+        from ..core.errors import InputError
         raise InputError(f"unknown stratum set {bad[0]!r}; use one of: {', '.join(STRATUM_SETS)}")
     wide = world_table(df)
     valid_rates = df.assign(valid=df["valid"].astype(bool)).groupby(["llm", "intervention", "stratum"])["valid"].agg(["sum", "count"])
@@ -312,7 +312,7 @@ def holm_contrasts(df: pd.DataFrame, *, n_resamples: int = DEFAULT_RESAMPLES, se
     present = set(df["intervention"].unique())
     contrasts = [c for c in CONTRASTS if set(c) <= present]
     if not contrasts:
-        from ..errors import InputError
+        from ..core.errors import InputError
         raise InputError("no pre-specified intervention contrast has both arms in the data (collect C0..C4)")
     con = intervention_contrasts(df, contrasts=contrasts, n_resamples=n_resamples, seed=seed)
     fam = intervention_family(sorted(df["llm"].unique()), contrasts=contrasts)

@@ -16,7 +16,7 @@ import numpy as np
 import pandas as pd
 from statsmodels.stats.multitest import multipletests
 
-from ..errors import InputError
+from ..core.errors import InputError
 
 
 class ResolutionWarning(UserWarning):

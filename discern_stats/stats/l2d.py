@@ -31,9 +31,9 @@ import numpy as np
 import pandas as pd
 
 from ..core.vocab import CHANCE, CLAIM_AGREES, OUTCOMES
-from ..errors import InputError
-from .bootstrap import (DEFAULT_RESAMPLES, cluster_spearman, jackknife_ratio, ratio, resample_counts, summarise,
-                        with_all_once)
+from ..core.errors import InputError
+from .bootstrap import DEFAULT_RESAMPLES, jackknife_ratio, ratio, resample_counts, summarise, with_all_once
+from .spearman import cluster_spearman
 from .crossed import SOURCE_RESAMPLES, CrossedIndex, crossed_interval, ratio_source_replicates, spearman_source_replicates
 
 METHODS = {"crossed": "crossed items x sources (item-cluster bootstrap + source term net of item levels, "
@@ -446,7 +446,7 @@ def subgroup_gaps(df: pd.DataFrame, tag: str, *, n_resamples: int = DEFAULT_RESA
     """
     check_method(method, ("crossed", "percentile"))
     if tag not in df.columns:
-        from ..interchange import L2D_COLUMNS, L2D_OPTIONAL
+        from ..store.tables import L2D_COLUMNS, L2D_OPTIONAL
         tags = [c for c in df.columns if c not in L2D_COLUMNS and c not in L2D_OPTIONAL]
         raise InputError(f"unknown item tag {tag!r}; the trial table's tag columns are: "
                          f"{', '.join(tags) if tags else '(none)'}")

@@ -1,6 +1,6 @@
-"""The compiled kernel behind `bootstrap.cluster_spearman`: ``LANES`` resamples per pass, as SIMD vectors.
+"""The compiled kernel behind `spearman.cluster_spearman`: ``LANES`` resamples per pass, as SIMD vectors.
 
-It computes what the plain-Python reference `bootstrap._cluster_spearman_kernel_py` computes (the
+It computes what the plain-Python reference `spearman._cluster_spearman_kernel_py` computes (the
 mid-rank sums of the expanded resample, see there), for ``LANES`` resamples at once: each row of
 the sort order is read once per block of ``LANES`` resamples, and every running sum (cumulative
 weight, rank sums, products) is one LLVM vector of ``LANES`` float64, so one instruction updates
@@ -30,6 +30,8 @@ import numpy as np
 from llvmlite import ir
 from numba import types
 from numba.extending import intrinsic, models, register_model
+
+from .ranks import derived, tie_groups
 
 LANES = 16  # resamples per pass: 2 AVX-512 registers per running sum (8 and 32 were slower here)
 
@@ -231,8 +233,7 @@ def _thread_pool(n_threads: int) -> ThreadPoolExecutor:
 
 def _sorted_ties(v: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     """Stable sort order of v and, along it, True on the last row of each tie group."""
-    from .bootstrap import _tie_groups  # the shared sort; bootstrap imports this module lazily
-    order, starts = _tie_groups(v)
+    order, starts = tie_groups(v)
     end = np.zeros(len(v), np.bool_)
     end[starts[1:] - 1] = True
     return order, end
@@ -243,8 +244,6 @@ def _block_layout(W: np.ndarray) -> np.ndarray:
     multiple of LANES with resamples of weight 0 (their sums are 0 and are cut off). Kept for a
     read-only W (the shared matrices of `bootstrap.resample_counts` are), since every group with the
     same cluster count uses the same one."""
-    from .bootstrap import derived
-
     def make(W: np.ndarray) -> np.ndarray:
         B, K = W.shape
         n_blocks = -(-B // LANES)

@@ -13,15 +13,14 @@ from __future__ import annotations
 import pandas as pd
 from scipy import stats as sps
 
-from ..core.vocab import WEIGHT_TRACKS
+from ..core.coding import choice_table
+from ..core.vocab import CUES, WEIGHT_TRACKS
 
 
 def cue_glm(df: pd.DataFrame, *, tracks: tuple[str, ...] = WEIGHT_TRACKS,
             level: float = 0.95) -> pd.DataFrame:
     """Cluster-robust logistic weights per LLM x intervention: one row per cue."""
     import statsmodels.api as sm  # imported here: 1.2 s that no report page needs
-    from ..bayes.cue_weights import choice_table
-    from ..core.vocab import CUES
     d = choice_table(df, tracks)
     rows = []
     z = sps.norm.ppf(0.5 + level / 2)

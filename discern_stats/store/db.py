@@ -1,4 +1,5 @@
-"""The trial database: SQLModel tables, engine set-up and the `TrialDB` facade.
+"""The trial database: SQLModel tables, engine set-up, idempotent inserts and upserts (`TrialDB`, the
+Python facade, is in `store.trialdb`).
 
 Schema (one table per entity; every natural key is a UNIQUE constraint so that inserts
 are idempotent):
@@ -29,7 +30,7 @@ from sqlalchemy import event
 from sqlalchemy.engine import Engine
 from sqlmodel import Field, SQLModel
 
-from .errors import DatabaseURLError
+from ..core.errors import DatabaseURLError
 
 DEFAULT_DB_URL = "sqlite:///trials.db"
 SCHEMA_VERSION = 1

@@ -8,13 +8,13 @@ from typing import Any
 import pandas as pd
 import sqlalchemy as sa
 
-from . import interchange
+from . import exporting, importing
 from .db import DEFAULT_DB_URL, LLM, Attempt, Item, Request, Source, Trial, World, init_schema, make_engine
 
 
 def _check_sqlite_file(url: str) -> None:
     from .db import normalise_url
-    from .errors import DatabaseURLError
+    from ..core.errors import DatabaseURLError
     try:
         u = sa.engine.make_url(normalise_url(url))
     except sa.exc.ArgumentError:
@@ -41,7 +41,7 @@ class TrialDB:
             _check_sqlite_file(url)
         self.engine = make_engine(url)
         if must_exist and not sa.inspect(self.engine).has_table(Trial.__tablename__):
-            from .errors import DatabaseURLError
+            from ..core.errors import DatabaseURLError
             raise DatabaseURLError(f"no discern_stats database at {url} (it has no trial table); check the URL, "
                                    f"or create one with `discern-stats db init --db {url}`")
         if create:
@@ -54,20 +54,20 @@ class TrialDB:
 
     # -- import / export
     def import_items(self, path: str | Path) -> int:
-        return interchange.import_items(self.engine, path)
+        return importing.import_items(self.engine, path)
 
     def import_sources(self, path: str | Path, *, fictional: bool = False) -> int:
-        return interchange.import_sources(self.engine, path, fictional=fictional)
+        return importing.import_sources(self.engine, path, fictional=fictional)
 
     def import_trials(self, design: str, path: str | Path | pd.DataFrame) -> int:
-        return interchange.import_trials(self.engine, design, path)
+        return importing.import_trials(self.engine, design, path)
 
     def trials(self, design: str, *, llms: list[str] | None = None) -> pd.DataFrame:
         """Finished trials of ``design`` ('l2d' or 'cue') as the interchange DataFrame."""
-        return interchange.export_trials(self.engine, design, llms=llms)
+        return exporting.export_trials(self.engine, design, llms=llms)
 
     def export_trials(self, design: str, out: str | Path) -> Path:
-        return interchange.export_to_file(self.engine, design, out)
+        return exporting.export_to_file(self.engine, design, out)
 
     # -- queries
     def table(self, model: type, where: Any = None) -> pd.DataFrame:

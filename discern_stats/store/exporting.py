@@ -1,0 +1,140 @@
+"""Exporters: the interchange DataFrame of a design (`export_trials`), the same as a CSV / parquet
+file, and every planned request as JSON lines for other harnesses (`export_stimuli`)."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import pandas as pd
+import sqlalchemy as sa
+from sqlalchemy.engine import Engine
+
+from ..core.errors import InputError
+from .db import LLM, Item, Request, Source, Trial
+from .tables import INTERCHANGE, check_design, write_table
+
+
+def _merge_tags(df: pd.DataFrame, json_cols: list[str]) -> pd.DataFrame:
+    """Expand JSON tag columns into ordinary columns (later ones win), in first-seen order."""
+    tag_rows = []
+    order: dict[str, None] = {}
+    for vals in zip(*[df[c] for c in json_cols]):
+        merged: dict[str, Any] = {}
+        for v in vals:
+            if v:
+                d = json.loads(v)
+                merged.update(d)
+        for k in merged:
+            order.setdefault(k, None)
+        tag_rows.append(merged)
+    out = df.drop(columns=json_cols)
+    if order:
+        tags = pd.DataFrame(tag_rows, index=df.index, columns=list(order))
+        tags = tags[[c for c in tags.columns if c not in out.columns]]
+        out = pd.concat([out, tags], axis=1)
+    return out
+
+
+def export_trials(engine: Engine, design: str, *, llms: list[str] | None = None) -> pd.DataFrame:
+    """The interchange DataFrame of ``design`` (finished trials only), one row per trial."""
+    check_design(design)
+    T, R, L = Trial.__table__, Request.__table__, LLM.__table__
+    if design == "l2d":
+        P = T.alias("prior_trial")
+        PR = R.alias("prior_request")
+        I, S = Item.__table__, Source.__table__
+        q = (sa.select(L.c.name.label("llm"), R.c.strategy, R.c.item_id, I.c.truth, R.c.source,
+                       S.c.reliability, S.c.popularity, R.c.factor, R.c.claim,
+                       P.c.value.label("prior"), T.c.value.label("posterior"),
+                       P.c.valid.label("prior_valid"), T.c.valid.label("post_valid"),
+                       T.c.rated_reliability, I.c.tags_json.label("item_tags"), T.c.tags_json.label("trial_tags"),
+                       T.c.id.label("_id"))
+             .select_from(T.join(R, T.c.request_id == R.c.id).join(L, T.c.llm_id == L.c.id)
+                          .join(I, I.c.item_id == R.c.item_id).join(S, S.c.domain == R.c.source)
+                          .join(PR, PR.c.key == R.c.parent_key)
+                          .outerjoin(P, sa.and_(P.c.request_id == PR.c.id, P.c.llm_id == T.c.llm_id,
+                                                P.c.repeat == T.c.repeat, P.c.state == "done")))
+             .where(R.c.design == "l2d", R.c.stage == "posterior", T.c.state == "done"))
+    else:
+        q = (sa.select(L.c.name.label("llm"), R.c.intervention, R.c.world_id, R.c.stratum, R.c.track, R.c.probe,
+                       R.c.condition, T.c.answer, T.c.valid, T.c.choice, T.c.correct,
+                       T.c.tags_json.label("trial_tags"), T.c.id.label("_id"))
+             .select_from(T.join(R, T.c.request_id == R.c.id).join(L, T.c.llm_id == L.c.id))
+             .where(R.c.design == "cue", T.c.state == "done"))
+    if llms:
+        q = q.where(L.c.name.in_(llms))
+    q = q.order_by(T.c.id)
+    with engine.connect() as conn:
+        df = pd.DataFrame(conn.execute(q).mappings().all())
+    req, opt = INTERCHANGE[design]
+    if df.empty:
+        return pd.DataFrame(columns=req + opt)
+    if design == "l2d":
+        df["valid"] = df["prior_valid"].fillna(False).astype(bool) & df["post_valid"].fillna(False).astype(bool)
+        df = df.drop(columns=["prior_valid", "post_valid"])
+        df = _merge_tags(df, ["item_tags", "trial_tags"])
+        if df["rated_reliability"].isna().all():
+            df = df.drop(columns=["rated_reliability"])
+        for c in ("truth", "reliability", "popularity", "factor", "claim", "prior", "posterior"):
+            df[c] = df[c].astype(float)
+    else:
+        df = _merge_tags(df, ["trial_tags"])
+        df["valid"] = df["valid"].fillna(False).astype(bool)
+        df["correct"] = df["correct"].astype(object).where(df["correct"].notna(), None)
+    df = df.drop(columns=["_id"])
+    first = [c for c in req + opt if c in df.columns]
+    return df[first + [c for c in df.columns if c not in first]].reset_index(drop=True)
+
+
+def export_to_file(engine: Engine, design: str, out: str | Path) -> Path:
+    df = export_trials(engine, design)
+    return write_table(df, out)
+
+
+def export_stimuli(engine: Engine, design: str, path: str | Path) -> int:
+    """Write every planned request of ``design`` as JSON lines, one sample per line, in the shape
+    inspect_ai's ``json_dataset`` reads (``id``, ``input`` as chat messages, ``target``,
+    ``choices``, ``metadata``) and lm-evaluation-harness reads as a local ``json`` dataset.
+
+    Design B metadata carries the condition labels, the option letter -> state map and the
+    request's evidence graph (``facts``). A Design A posterior is the second turn of a
+    conversation: its ``input`` holds the prior's messages, an assistant turn ``{prior answer}``
+    that the harness replaces with the model's own prior answer, and the claim turn;
+    ``metadata.parent_id`` names the prior sample. Returns the number of lines written.
+    """
+    design = check_design(design)
+    p = Path(path)
+    if p.suffix.lower() != ".jsonl":
+        raise InputError("stimuli are written as JSON lines: give a file name ending in .jsonl", file=str(p))
+    with engine.connect() as conn:
+        rows = conn.execute(sa.select(Request).where(Request.design == design).order_by(Request.id)).mappings().all()
+        truth = dict(conn.execute(sa.select(Item.item_id, Item.truth)).all()) if design == "l2d" else {}
+    if not rows:
+        raise InputError(f"the database has no planned {design} requests; run `discern-stats design {design}` first")
+    priors = {r["key"]: json.loads(r["messages_json"]) for r in rows if r["stage"] == "prior"}
+    n = 0
+    tmp = p.with_name(p.name + ".tmp")
+    with open(tmp, "w", encoding="utf-8") as f:
+        for r in rows:
+            msgs = json.loads(r["messages_json"])
+            options = json.loads(r["options_json"] or "{}")
+            if design == "cue":
+                user = msgs[-1]["content"]
+                choices = [ln[3:] for ln in user.rsplit("\n\n", 1)[-1].splitlines()[1:] if ln[:3] in ("A. ", "B. ", "C. ", "D. ")]
+                meta = {k: r[k] for k in ("design", "world_id", "stratum", "intervention", "track", "probe", "condition",
+                                          "answer_format")}
+                meta.update(options=options, facts=json.loads(r["facts_json"]) if r["facts_json"] else None)
+                rec = {"id": r["key"], "input": msgs, "target": r["gold"] or "", "choices": choices, "metadata": meta}
+            else:
+                meta = {k: r[k] for k in ("design", "item_id", "strategy", "stage", "source", "factor", "claim",
+                                          "answer_format")}
+                meta.update(truth=truth.get(r["item_id"]), parent_id=r["parent_key"])
+                if r["stage"] == "posterior":
+                    msgs = priors.get(r["parent_key"], []) + [{"role": "assistant", "content": "{prior answer}"}] + msgs
+                rec = {"id": r["key"], "input": msgs, "target": "", "metadata": meta}
+            f.write(json.dumps(rec, ensure_ascii=False) + "\n")
+            n += 1
+    tmp.replace(p)
+    return n
