@@ -2,12 +2,13 @@
 
 from __future__ import annotations
 
+import functools
 import json
 import os
 import sys
 import warnings
 from pathlib import Path
-from typing import Optional
+from typing import Any, Callable, Optional
 
 import typer
 from rich.console import Console
@@ -65,10 +66,48 @@ def _fail(exc: Exception) -> None:
     raise typer.Exit(code=2)
 
 
+def user_errors(command: Callable[..., None]) -> Callable[..., None]:
+    """The one error boundary of every command: an error the package raises on purpose
+    (`DiscernError`: bad input, a database that is not there, an invalid spec) becomes one line
+    on stderr and exit code 2. Anything else is a bug and keeps its traceback."""
+    @functools.wraps(command)
+    def run(*args: Any, **kwargs: Any) -> None:
+        _NEW_DATABASES.clear()
+        try:
+            command(*args, **kwargs)
+        except DiscernError as exc:
+            _forget_new_empty_databases()
+            _fail(exc)
+        finally:
+            _NEW_DATABASES.clear()
+    return run
+
+
+_NEW_DATABASES: list[Any] = []  # SQLite databases this command created (`_open`)
+
+
+def _forget_new_empty_databases() -> None:
+    """A command that fails leaves no database behind that it created and wrote nothing into
+    (e.g. `import items missing.csv` must not leave an empty ./trials.db that later commands pick up)."""
+    while _NEW_DATABASES:
+        tdb = _NEW_DATABASES.pop()
+        path = tdb.sqlite_path()
+        if tdb.is_empty():
+            tdb.dispose()
+            for suffix in ("", "-wal", "-shm", "-journal"):
+                Path(f"{path}{suffix}").unlink(missing_ok=True)
+
+
 def _open(db: Optional[str], read_only: bool = False):
     """The database at ``db`` (`resolve_db`); ``read_only`` commands refuse a URL with no database behind it."""
-    from .store.trialdb import TrialDB
-    return TrialDB(resolve_db(db, read_only), must_exist=read_only)
+    from .store.trialdb import TrialDB, sqlite_file
+    url = resolve_db(db, read_only)
+    path = sqlite_file(url)
+    new = path is not None and not path.exists()
+    tdb = TrialDB(url, must_exist=read_only)
+    if new and not read_only:
+        _NEW_DATABASES.append(tdb)
+    return tdb
 
 
 def _design_arg(design: str) -> str:
@@ -76,30 +115,56 @@ def _design_arg(design: str) -> str:
     return check_design(design)
 
 
+def _finished_trials(db: Optional[str], design: str):
+    """The finished trials of ``design`` in the (existing) database; none is one line naming the database."""
+    tdb = _open(db, read_only=True)
+    df = tdb.trials(design)
+    if df.empty:
+        raise DiscernError(f"no finished {design} trials in {tdb.url}; collect some first "
+                           f"(`discern-stats collect SPEC.yaml --db {tdb.url}`) or run `discern-stats demo`")
+    return df
+
+
+def _print_metrics(table, design: str) -> None:
+    """A metric table on the terminal: one row per LLM x condition x metric, estimate [interval], p, n."""
+    from .core.vocab import CUE_METRIC_LABELS, L2D_METRIC_LABELS
+    labels = L2D_METRIC_LABELS if design == "l2d" else CUE_METRIC_LABELS
+    keys = [c for c in ("llm", "strategy", "intervention", "stratum", "scope", "tag", "contrast") if c in table.columns
+            and table[c].astype(str).str.len().gt(0).any()]
+    t = Table(title=f"Design {'A' if design == 'l2d' else 'B'} metrics ({len(table):,} rows)", show_lines=False)
+    for c in keys + ["metric", "estimate", "interval", "p", "n"]:
+        t.add_column(c, justify="right" if c in ("estimate", "p", "n") else "left", overflow="fold")
+
+    def num(v: Any, fmt: str) -> str:
+        return "" if v is None or v != v else format(v, fmt)
+    for r in table.to_dict("records"):
+        interval = f"[{num(r.get('lo'), '.3f')}, {num(r.get('hi'), '.3f')}]" if r.get("lo") == r.get("lo") and \
+            r.get("lo") is not None else ""
+        t.add_row(*[str(r[c]) for c in keys], labels.get(r["metric"], str(r["metric"])), num(r.get("estimate"), ".3f"),
+                  interval, num(r.get("p_value"), ".3g"), num(r.get("n"), ",.0f"))
+    console.print(t)
+
+
 @db_app.command("init")
+@user_errors
 def db_init(db: Optional[str] = DbOpt) -> None:
     """Create or migrate the schema; idempotent.
 
     Example: `discern-stats db init --db sqlite:///trials.db`
     """
-    try:
-        tdb = _open(db)
-        tdb.init()
-    except DiscernError as exc:
-        _fail(exc)
+    tdb = _open(db)
+    tdb.init()
     console.print(f"schema ready at {tdb.info()['url']}")
 
 
 @db_app.command("info")
+@user_errors
 def db_info(db: Optional[str] = DbOpt, as_json: bool = typer.Option(False, "--json", help="Print JSON instead of tables.")) -> None:
     """Counts per table, per design and per LLM, with validity rates.
 
     Example: `discern-stats db info --db sqlite:///trials.db`
     """
-    try:
-        info = _open(db, read_only=True).info()
-    except DiscernError as exc:
-        _fail(exc)
+    info = _open(db, read_only=True).info()
     if as_json:
         console.print_json(json.dumps(info, default=str))
         return
@@ -122,34 +187,31 @@ def db_info(db: Optional[str] = DbOpt, as_json: bool = typer.Option(False, "--js
 
 
 @import_app.command("items")
+@user_errors
 def import_items(file: Path = typer.Argument(..., help="CSV/parquet with item_id,question,truth[,tags]"),
                  db: Optional[str] = DbOpt) -> None:
     """Import a Design A item bank (`item_id,question,truth[,tag columns]`).
 
     Example: `discern-stats import items my_items.csv --db sqlite:///trials.db`
     """
-    try:
-        n = _open(db).import_items(file)
-    except DiscernError as exc:
-        _fail(exc)
+    n = _open(db).import_items(file)
     console.print(f"imported {n} new item(s) from {file}")
 
 
 @import_app.command("sources")
+@user_errors
 def import_sources(file: Path = typer.Argument(..., help="CSV/parquet with domain plus pc1 or reliability, optional popularity"),
                    db: Optional[str] = DbOpt) -> None:
     """Import a source table (`domain` plus `pc1` or `reliability`, optional `popularity`).
 
     Example: `discern-stats import sources lin2023_domain_pc1.csv`
     """
-    try:
-        n = _open(db).import_sources(file)
-    except DiscernError as exc:
-        _fail(exc)
+    n = _open(db).import_sources(file)
     console.print(f"imported {n} new source(s) from {file}")
 
 
 @import_app.command("popularity")
+@user_errors
 def import_popularity_cmd(file: Path = typer.Argument(..., help="Tranco list (rank,domain) or Open PageRank CSV"),
                           unmatched: Optional[Path] = typer.Option(None, "--unmatched", help="write the sources that "
                                                                    "matched no listed domain to this text file"),
@@ -161,10 +223,7 @@ def import_popularity_cmd(file: Path = typer.Argument(..., help="Tranco list (ra
     Example: `discern-stats import popularity tranco_top1m.csv --unmatched unmatched.txt`
     """
     from .store.importing import import_popularity
-    try:
-        res = import_popularity(_open(db).engine, file)
-    except DiscernError as exc:
-        _fail(exc)
+    res = import_popularity(_open(db).engine, file)
     n_match = res["matched_exact"] + len(res["matched_parent"])
     console.print(f"{n_match:,} of {res['sources']:,} sources matched {res['listed']:,} listed domains "
                   f"({res['matched_exact']:,} exactly, {len(res['matched_parent']):,} through a parent domain); "
@@ -181,34 +240,31 @@ def import_popularity_cmd(file: Path = typer.Argument(..., help="Tranco list (ra
 
 
 @import_app.command("trials")
+@user_errors
 def import_trials(design: str = typer.Argument(..., help="l2d or cue"),
                   file: Path = typer.Argument(..., help="interchange CSV/parquet"), db: Optional[str] = DbOpt) -> None:
     """Import trials logged elsewhere, in the interchange columns of SPEC.
 
     Example: `discern-stats import trials cue cue_trials.parquet`
     """
-    try:
-        n = _open(db).import_trials(_design_arg(design), file)
-    except DiscernError as exc:
-        _fail(exc)
+    n = _open(db).import_trials(_design_arg(design), file)
     console.print(f"imported {n} new trial(s) from {file}")
 
 
 @export_app.command("trials")
+@user_errors
 def export_trials(design: str = typer.Argument(..., help="l2d or cue"),
                   out: Path = typer.Option(..., "--out", help="output .csv or .parquet"), db: Optional[str] = DbOpt) -> None:
     """Export finished trials in the interchange columns (`.csv` or `.parquet` by extension).
 
     Example: `discern-stats export trials l2d --out l2d.csv`
     """
-    try:
-        p = _open(db, read_only=True).export_trials(_design_arg(design), out)
-    except DiscernError as exc:
-        _fail(exc)
+    p = _open(db, read_only=True).export_trials(_design_arg(design), out)
     console.print(f"wrote {p}")
 
 
 @export_app.command("stimuli")
+@user_errors
 def export_stimuli_cmd(design: str = typer.Argument(..., help="cue or l2d"),
                        out: Path = typer.Option(..., "--out", help="output .jsonl file"), db: Optional[str] = DbOpt) -> None:
     """Export every planned request as JSON lines for other harnesses (inspect_ai, lm-evaluation-harness).
@@ -218,10 +274,7 @@ def export_stimuli_cmd(design: str = typer.Argument(..., help="cue or l2d"),
     Example: `discern-stats export stimuli cue --out cue_stimuli.jsonl`
     """
     from .store.exporting import export_stimuli
-    try:
-        n = export_stimuli(_open(db, read_only=True).engine, _design_arg(design), out)
-    except DiscernError as exc:
-        _fail(exc)
+    n = export_stimuli(_open(db, read_only=True).engine, _design_arg(design), out)
     console.print(f"wrote {n:,} planned {design} requests to {out}")
 
 
@@ -230,6 +283,7 @@ app.add_typer(design_app, name="design")
 
 
 @design_app.command("l2d")
+@user_errors
 def design_l2d_cmd(seed: int = typer.Option(0, "--seed", help="random seed of the source draws (and of --items)"),
                    per_stratum: int = typer.Option(1, "--per-stratum", help="sources per popularity x reliability stratum and item"),
                    strategies: str = typer.Option(",".join(STRATEGIES), "--strategies",
@@ -249,17 +303,15 @@ def design_l2d_cmd(seed: int = typer.Option(0, "--seed", help="random seed of th
     Example: `discern-stats design l2d --items 120 --strategies zero-shot,CoT --seed 1`
     """
     from .designs import design_l2d
-    try:
-        tdb = _open(db)
-        res = design_l2d(tdb.engine, seed=seed, per_stratum=per_stratum, bank=bank, n_items=n_items,
-                         strategies=tuple(s.strip() for s in strategies.split(",") if s.strip()), use_demo=demo)
-    except DiscernError as exc:
-        _fail(exc)
+    tdb = _open(db)
+    res = design_l2d(tdb.engine, seed=seed, per_stratum=per_stratum, bank=bank, n_items=n_items,
+                     strategies=tuple(s.strip() for s in strategies.split(",") if s.strip()), use_demo=demo)
     console.print(f"Design A: {res['items']:,} items x {res['sources_per_item']} sources per item; "
                   f"{res['planned']:,} planned requests ({res['new']:,} new)")
 
 
 @design_app.command("cue")
+@user_errors
 def design_cue_cmd(seed: int = typer.Option(0, "--seed", help="random seed of the world bank"),
                    worlds: Optional[int] = typer.Option(None, "--worlds", help="use only the first N worlds (demo sizes)"),
                    interventions: str = typer.Option("C0", "--interventions", help="comma-separated: C0,C1,C2,C3,C4"),
@@ -269,16 +321,14 @@ def design_cue_cmd(seed: int = typer.Option(0, "--seed", help="random seed of th
     Example: `discern-stats design cue --seed 0 --interventions C0,C1,C2,C3,C4`
     """
     from .designs import design_cue
-    try:
-        tdb = _open(db)
-        res = design_cue(tdb.engine, seed=seed, n_worlds=worlds,
-                         interventions=[s.strip() for s in interventions.split(",") if s.strip()])
-    except DiscernError as exc:
-        _fail(exc)
+    tdb = _open(db)
+    res = design_cue(tdb.engine, seed=seed, n_worlds=worlds,
+                     interventions=[s.strip() for s in interventions.split(",") if s.strip()])
     console.print(f"Design B: {res['worlds']} worlds; {res['planned']} planned requests ({res['new']} new)")
 
 
 @app.command("collect")
+@user_errors
 def collect_cmd(spec: Path = typer.Argument(..., help="YAML run spec in collection/"),
                 max_requests: Optional[int] = typer.Option(None, "--max-requests", help="stop after this many requests (overrides the spec budget)"),
                 retry_failed: bool = typer.Option(False, "--retry-failed", help="also retry trials that failed with API errors"),
@@ -292,13 +342,10 @@ def collect_cmd(spec: Path = typer.Argument(..., help="YAML run spec in collecti
     """
     from .collect.runner import collect
     from .collect.spec import load_spec
-    try:
-        s = load_spec(spec)
-        if retry_failed:
-            s.retry_failed = True
-        res = collect(_open(db), s, progress=not quiet, max_requests=max_requests, workers=workers)
-    except DiscernError as exc:
-        _fail(exc)
+    s = load_spec(spec)
+    if retry_failed:
+        s.retry_failed = True
+    res = collect(_open(db), s, progress=not quiet, max_requests=max_requests, workers=workers)
     console.print(f"run {res.run_id}: {res.done} done ({res.valid} valid, {res.done - res.valid} invalid), "
                   f"{res.failed} failed, {res.retries} retries, {res.lost_leases} lost leases, {res.rate:.1f} req/s; "
                   f"plan of {res.planned} trials", soft_wrap=True)
@@ -312,8 +359,10 @@ def collect_cmd(spec: Path = typer.Argument(..., help="YAML run spec in collecti
 
 
 @app.command("metrics")
+@user_errors
 def metrics_cmd(design: str = typer.Argument(..., help="l2d or cue"),
-                out: Path = typer.Option(..., "--out", help="output .csv or .parquet"),
+                out: Optional[Path] = typer.Option(None, "--out", help="write the table to this .csv or .parquet "
+                                                   "(default: print it on the terminal)"),
                 resamples: int = typer.Option(5000, "--resamples", help="bootstrap resamples (0: no intervals)"),
                 seed: int = typer.Option(0, "--seed", help="bootstrap seed"),
                 method: Optional[str] = typer.Option(None, "--method",
@@ -326,7 +375,10 @@ def metrics_cmd(design: str = typer.Argument(..., help="l2d or cue"),
                 contrasts_out: Optional[Path] = typer.Option(None, "--contrasts-out",
                                                              help="Design B: also write the Holm-corrected intervention contrasts here"),
                 db: Optional[str] = DbOpt) -> None:
-    """The metric tables of SPEC with cluster-bootstrap intervals (CSV/parquet by extension).
+    """The metric tables of SPEC with cluster-bootstrap intervals: on the terminal, or to a CSV/parquet
+    file (by extension) with --out.
+
+    Example: `discern-stats metrics l2d` (print the table)
 
     Example: `discern-stats metrics cue --out cue_metrics.csv --resamples 5000 --contrasts-out contrasts.csv`
 
@@ -334,35 +386,37 @@ def metrics_cmd(design: str = typer.Argument(..., help="l2d or cue"),
     """
     from .store.tables import write_table
     from .stats import holm_contrasts, metrics
-    try:
-        d = _design_arg(design)
-        df = _open(db, read_only=True).trials(d)
-        if df.empty:
-            raise DiscernError(f"no finished {d} trials in the database")
-        kw = {"n_resamples": resamples, "seed": seed}
-        if method is not None:
-            kw["method"] = method
-        if d == "l2d":
-            kw["tol"] = tol
-        elif subgroup:
-            raise InputError("--subgroup applies to Design A (l2d) only")
-        table = metrics(d, df, **kw)
-        if subgroup:
-            import pandas as pd
+    d = _design_arg(design)
+    if subgroup and d != "l2d":
+        raise InputError("--subgroup applies to Design A (l2d) only")
+    for path in (out, contrasts_out):
+        if path is not None and path.suffix.lower() not in (".csv", ".parquet", ".pq"):
+            raise InputError(f"unsupported output type {path.suffix or '(none)'!r}; use .csv or .parquet", file=str(path))
+    df = _finished_trials(db, d)
+    kw = {"n_resamples": resamples, "seed": seed}
+    if method is not None:
+        kw["method"] = method
+    if d == "l2d":
+        kw["tol"] = tol
+    table = metrics(d, df, **kw)
+    if subgroup:
+        import pandas as pd
 
-            from .stats import subgroup_gaps
-            table = pd.concat([table] + [subgroup_gaps(df, tag, **kw) for tag in subgroup], ignore_index=True)
+        from .stats import subgroup_gaps
+        table = pd.concat([table] + [subgroup_gaps(df, tag, **kw) for tag in subgroup], ignore_index=True)
+    if out is None:
+        _print_metrics(table, d)
+    else:
         write_table(table, out)
         console.print(f"wrote {len(table)} metric rows to {out}")
-        if contrasts_out is not None and d == "cue":
-            res = holm_contrasts(df, n_resamples=resamples or 5000, seed=seed)
-            write_table(res, contrasts_out)
-            console.print(f"wrote {len(res)} contrasts (Holm family of {res.family_size.iloc[0]}) to {contrasts_out}")
-    except DiscernError as exc:
-        _fail(exc)
+    if contrasts_out is not None and d == "cue":
+        res = holm_contrasts(df, n_resamples=resamples or 5000, seed=seed)
+        write_table(res, contrasts_out)
+        console.print(f"wrote {len(res)} contrasts (Holm family of {res.family_size.iloc[0]}) to {contrasts_out}")
 
 
 @app.command("demo")
+@user_errors
 def demo_cmd(out: Path = typer.Option(Path("demo_out"), "--out", help="folder for the demo database and tables"),
              worlds: int = typer.Option(30, "--worlds", help="Design B worlds (the full bank is 500)"),
              resamples: int = typer.Option(5000, "--resamples", help="bootstrap resamples"),
@@ -379,22 +433,20 @@ def demo_cmd(out: Path = typer.Option(Path("demo_out"), "--out", help="folder fo
     Example: `discern-stats demo --out demo_out --worlds 30`
     """
     from .demo import run_demo
-    try:
-        files = run_demo(out, worlds=worlds, resamples=resamples, seed=seed, console=console, models_dir=models_dir,
-                         fit=fit, report=report, draws=draws, chains=chains)
-        if "report" in files:
-            console.print(f"[bold]report:[/] {files['report']}")
-    except DiscernError as exc:
-        _fail(exc)
+    files = run_demo(out, worlds=worlds, resamples=resamples, seed=seed, console=console, models_dir=models_dir,
+                     fit=fit, report=report, draws=draws, chains=chains)
+    if "report" in files:
+        console.print(f"[bold]report:[/] {files['report']}")
 
 
 @app.command("fit")
+@user_errors
 def fit_cmd(model: str = typer.Argument(..., help="cue, discernment or intervention"),
             models_dir: Path = typer.Option(Path("models"), "--models", help="folder for the saved posterior + manifest"),
-            draws: int = typer.Option(1000, "--draws"),
-            tune: Optional[int] = typer.Option(None, "--tune", help="NUTS warm-up (default 1000) or Gibbs burn-in "
+            draws: int = typer.Option(1000, "--draws", min=1, help="posterior draws per chain"),
+            tune: Optional[int] = typer.Option(None, "--tune", min=0, help="NUTS warm-up (default 1000) or Gibbs burn-in "
                                                "(default 200)"),
-            chains: int = typer.Option(4, "--chains"),
+            chains: int = typer.Option(4, "--chains", min=1),
             sampler: Optional[str] = typer.Option(None, "--sampler", help="gibbs (the default: the models' exact "
                                                   "Gibbs samplers), nutpie, pymc, numpyro or blackjax (NUTS)"),
             seed: int = typer.Option(0, "--seed"),
@@ -410,39 +462,35 @@ def fit_cmd(model: str = typer.Argument(..., help="cue, discernment or intervent
     import warnings
     from .bayes import DESIGN_OF, MODELS
     if model not in MODELS:
-        _fail(DiscernError(f"unknown model {model!r}; expected one of {', '.join(MODELS)}"))
-    try:
-        df = _open(db, read_only=True).trials(DESIGN_OF[model])
-        if df.empty:
-            raise DiscernError(f"no finished {DESIGN_OF[model]} trials in the database")
-        cls = MODELS[model]
-        fit_kwargs = {"draws": draws, "tune": tune, "chains": chains, "sampler": sampler, "random_seed": seed}
-        with warnings.catch_warnings(record=True) as caught:
-            warnings.simplefilter("always")
-            if refit:
-                m = cls(df)
-                m.fit(**fit_kwargs)
-                m.save(models_dir)
-                m.reuse_note = "fitted: --refit"
-            else:
-                m = cls.fit_or_load(df, models_dir, fit_kwargs=fit_kwargs)
-        d = m.diagnostics
-        for w in caught:
-            if "convergence" in str(w.message).lower():
-                err_console.print(f"[bold red]WARNING:[/] {w.message}")
-        console.print(f"{m.name}: max R-hat {d['max_rhat']:.3f}, min bulk ESS {d['min_ess_bulk']:.0f}, "
-                      f"min tail ESS {d['min_ess_tail']:.0f}, divergences {d['divergences']} -> "
-                      + ("converged" if d["ok"] else "NOT CONVERGED"))
-        console.print(m.summary().round(3).to_string(index=False))
-        if m.reused:
-            console.print(m.reuse_note, soft_wrap=True)
+        raise InputError(f"unknown model {model!r}; expected one of {', '.join(MODELS)}")
+    df = _finished_trials(db, DESIGN_OF[model])
+    cls = MODELS[model]
+    fit_kwargs = {"draws": draws, "tune": tune, "chains": chains, "sampler": sampler, "random_seed": seed}
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        if refit:
+            m = cls(df)
+            m.fit(**fit_kwargs)
+            m.save(models_dir)
+            m.reuse_note = "fitted: --refit"
         else:
-            console.print(f"{m.reuse_note}\nsaved in {models_dir}/{m.name}.nc (+ .json manifest)", soft_wrap=True)
-    except DiscernError as exc:
-        _fail(exc)
+            m = cls.fit_or_load(df, models_dir, fit_kwargs=fit_kwargs)
+    if m.reused:
+        console.print(m.reuse_note, soft_wrap=True)
+    else:
+        console.print(f"{m.reuse_note}\nsaved in {models_dir}/{m.name}.nc (+ .json manifest)", soft_wrap=True)
+    d = m.diagnostics
+    for w in caught:
+        if "convergence" in str(w.message).lower():
+            err_console.print(f"[bold red]WARNING:[/] {w.message}")
+    console.print(f"{m.name}: max R-hat {d['max_rhat']:.3f}, min bulk ESS {d['min_ess_bulk']:.0f}, "
+                  f"min tail ESS {d['min_ess_tail']:.0f}, divergences {d['divergences']} -> "
+                  + ("converged" if d["ok"] else "NOT CONVERGED"))
+    console.print(m.summary().round(3).to_string(index=False))
 
 
 @app.command("report")
+@user_errors
 def report_cmd(models_dir: Path = typer.Option(Path("models"), "--models", help="folder of saved fits"),
                out: Optional[Path] = typer.Option(None, "--out", help="output folder (default _site/)"),
                resamples: int = typer.Option(5000, "--resamples", help="bootstrap resamples for the tables"),
@@ -455,15 +503,18 @@ def report_cmd(models_dir: Path = typer.Option(Path("models"), "--models", help=
     Example: `discern-stats report --db sqlite:///demo_out/trials.db --models models`
     """
     from .report.render import render
-    try:
-        tdb = _open(db, read_only=True)
-        if tdb.trials("l2d").empty and tdb.trials("cue").empty:
-            raise DiscernError(f"the database {tdb.url} holds no finished trials; collect some first "
-                               f"(`discern-stats collect SPEC.yaml`) or run `discern-stats demo`")
-        env = {"DISCERN_DB": tdb.url, "DISCERN_MODELS": str(models_dir.resolve()), "DISCERN_RESAMPLES": str(resamples)}
-        res = render(project, out_dir=out, env=env, force_fallback=fallback, progress=console.print)
-    except DiscernError as exc:
-        _fail(exc)
+    from .store.trialdb import absolute_url
+    if not (project / "_quarto.yml").is_file():
+        raise InputError(f"no _quarto.yml in {project.resolve()}: run `discern-stats report` in the discern_stats "
+                         f"repository (where _quarto.yml and reports/ are), or pass --project DIR")
+    tdb = _open(db, read_only=True)
+    if tdb.trials("l2d").empty and tdb.trials("cue").empty:
+        raise DiscernError(f"the database {tdb.url} holds no finished trials; collect some first "
+                           f"(`discern-stats collect SPEC.yaml`) or run `discern-stats demo`")
+    # the pages run inside the project folder: a relative SQLite path is resolved here, once
+    env = {"DISCERN_DB": absolute_url(tdb.url), "DISCERN_MODELS": str(models_dir.resolve()),
+           "DISCERN_RESAMPLES": str(resamples)}
+    res = render(project, out_dir=out, env=env, force_fallback=fallback, progress=console.print)
     console.print(f"renderer: {res.renderer}")
     for p in res.outputs:
         console.print(f"  {p}")

@@ -21,9 +21,8 @@ DEMO_ITEMS = 24  # Design A items drawn from the Gapminder bank, evenly across e
 
 
 def _spec_path(name: str) -> Path:
-    here = Path.cwd() / "collection" / name
-    if here.exists():
-        return here
+    """The demo's run spec: always the package's copy (collection/ holds the same files as examples for
+    users to copy; a test keeps them equal), never whatever the current folder holds."""
     return Path(str(resources.files("discern_stats.data").joinpath(name)))
 
 

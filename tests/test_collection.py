@@ -60,6 +60,15 @@ def test_spec_errors(tmp_path):
         load_spec(os.path.join(os.path.dirname(__file__), "..", p))
 
 
+
+def test_example_specs_equal_the_demo_specs_the_package_runs():
+    """collection/demo_*.yaml are copies for users of the specs the demo reads from the package."""
+    from importlib import resources
+    for name in ("demo_cue.yaml", "demo_l2d.yaml"):
+        example = open(os.path.join(os.path.dirname(__file__), "..", "collection", name), encoding="utf-8").read()
+        assert example == resources.files("discern_stats.data").joinpath(name).read_text(encoding="utf-8"), name
+
+
 @pytest.mark.parametrize("http_client", ["aiohttp", "direct"])
 def test_fault_injecting_server_every_attempt_recorded(sqlite_url, monkeypatch, http_client):
     db = ds.TrialDB(sqlite_url)

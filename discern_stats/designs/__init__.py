@@ -43,6 +43,7 @@ def design_l2d(engine: Engine, *, seed: int = 0, per_stratum: int = 1, strategie
     Sources: the database's, or the fictional demo sources when it has fewer than 6 with a
     popularity value (or with ``use_demo``, which also selects the demo bank).
     """
+    l2d.check_strategies(strategies)  # before anything is written
     if use_demo:
         bank = bank or "demo"
     with engine.connect() as conn:

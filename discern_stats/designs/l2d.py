@@ -95,6 +95,14 @@ def sample_sources(sources: pd.DataFrame, per_stratum: int, rng: random.Random) 
     return out
 
 
+def check_strategies(strategies: tuple[str, ...]) -> None:
+    bad = [s for s in strategies if s not in STRATEGIES]
+    if bad:
+        raise InputError(f"unknown strategy {bad[0]!r}; expected one of {', '.join(STRATEGIES)}")
+    if not strategies:
+        raise InputError(f"no strategy given; choose some of {', '.join(STRATEGIES)}")
+
+
 @dataclass
 class L2DPlan:
     requests: list[dict[str, Any]]
@@ -109,9 +117,7 @@ def build_requests(items: pd.DataFrame, sources: pd.DataFrame, *, seed: int = 0,
     Each item gets its own stratified source draw (6 x ``per_stratum`` sources), shared by all strategies.
     """
     from ..store.db import dumps
-    bad = [s for s in strategies if s not in STRATEGIES]
-    if bad:
-        raise InputError(f"unknown strategy {bad[0]!r}; expected one of {', '.join(STRATEGIES)}")
+    check_strategies(strategies)
     rng = random.Random(seed)
     reqs: list[dict[str, Any]] = []
     items = items.sort_values("item_id")

@@ -21,6 +21,8 @@ from typing import Any
 
 import pandas as pd
 
+from ..core.errors import InputError, StaleFitError
+
 DEFAULT_REPORT_DB = "sqlite:///demo_out/trials.db"
 
 
@@ -36,7 +38,7 @@ class ReportContext:
     @functools.cached_property
     def db(self):
         from ..store.trialdb import TrialDB
-        return TrialDB(self.db_url, create=False)
+        return TrialDB(self.db_url, must_exist=True)  # a page never creates a database
 
     def trials(self, design: str) -> pd.DataFrame:
         key = f"trials:{design}"
@@ -88,9 +90,15 @@ class ReportContext:
                 self._cache["contrasts"] = cached_table(
                     self.cache_dir, "contrasts", df, compute,
                     resamples=self.resamples, seed=self.seed)
-            except Exception:  # noqa: BLE001 - no intervention arms collected
+            except InputError as exc:  # the data has no complete contrast (e.g. no C1-C4 arms): say why
                 self._cache["contrasts"] = pd.DataFrame()
+                self._cache["contrasts_note"] = str(exc)
         return self._cache["contrasts"]
+
+    def contrasts_note(self) -> str:
+        """Why `contrasts` is empty (the data holds no complete pre-specified contrast)."""
+        self.contrasts()
+        return self._cache.get("contrasts_note", "no intervention arms collected")
 
     def model(self, kind: str):
         """The saved fit of ``kind`` ('cue', 'discernment', 'intervention') or None when
@@ -98,11 +106,10 @@ class ReportContext:
         key = f"model:{kind}"
         if key not in self._cache:
             from ..bayes import DESIGN_OF, MODELS
-            from ..core.errors import StaleFitError
             cls = MODELS[kind]
             try:
                 self._cache[key] = cls.load(self.trials(DESIGN_OF[kind]), self.models_dir)
-            except (FileNotFoundError, StaleFitError, ValueError) as exc:
+            except (FileNotFoundError, StaleFitError, InputError) as exc:
                 self._cache[key] = None
                 self._cache[f"model_error:{kind}"] = str(exc)
         return self._cache[key]

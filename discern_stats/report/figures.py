@@ -224,7 +224,7 @@ def contrast_forest(ctx: ReportContext):
     from .tables import _contrast_label, contrasts_frame, holm_stars
     c = contrasts_frame(ctx)
     if c.empty:
-        return _empty("no intervention arms collected")
+        return _empty(ctx.contrasts_note())
     c = c[c.scope == "all"]
     lab = _llm_label(ctx)
     fig, axes = plt.subplots(1, 2, figsize=(12, 0.35 * len(c) / 2 + 2.2), sharey=True)

@@ -408,7 +408,7 @@ def contrasts_compact_frame(ctx: ReportContext, bayes: bool = False) -> pd.DataF
 def contrasts_table(ctx: ReportContext) -> GT:
     df = contrasts_compact_frame(ctx)
     if df.empty:
-        return _gt(pd.DataFrame({"note": ["no intervention arms collected"]}))
+        return _gt(pd.DataFrame({"note": [ctx.contrasts_note()]}))
     n = len(contrasts_frame(ctx))
     return (_gt(df, rowname_col="LLM", groupname_col="group")
             .tab_header("Pre-specified intervention contrasts (pp)",
@@ -434,7 +434,7 @@ def contrasts_full_table(ctx: ReportContext) -> GT:
     """Every contrast with raw and Holm p-values (for the appendix and LaTeX export)."""
     c = contrasts_frame(ctx)
     if c.empty:
-        return _gt(pd.DataFrame({"note": ["no intervention arms collected"]}))
+        return _gt(pd.DataFrame({"note": [ctx.contrasts_note()]}))
     c = c.assign(contrast=[_contrast_label(x) for x in c.contrast],
                  endpoint=[CONTRAST_ENDPOINT_LABELS.get(x, x) for x in c.endpoint],
                  scope=[STRATUM_LABELS.get(x, x) for x in c.scope],

@@ -210,7 +210,9 @@ def make_engine(url: str = DEFAULT_DB_URL) -> Engine:
     try:
         parsed = sa.engine.make_url(normalise_url(url))
     except sa.exc.ArgumentError as exc:
-        raise DatabaseURLError(f"cannot parse database URL {url!r}: {exc}") from None
+        hint = (f"; a SQLite file is written sqlite:///{url} (three slashes, then the path)" if "://" not in url
+                else "")
+        raise DatabaseURLError(f"cannot parse database URL {url!r}: {exc}{hint}") from None
     kwargs: dict[str, Any] = {}
     if parsed.get_backend_name() == "sqlite":
         kwargs["connect_args"] = {"timeout": 30, "check_same_thread": False}

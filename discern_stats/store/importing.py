@@ -132,7 +132,8 @@ def import_sources(engine: Engine, path: str | Path, *, fictional: bool = False)
     df = read_table(path)
     require_columns(df, ["domain"], file)
     if "reliability" not in df.columns and "pc1" not in df.columns:
-        raise InputError("missing required column 'pc1' or 'reliability'", file=file, column="reliability")
+        raise InputError(f"missing required column 'pc1' or 'reliability'; found {', '.join(map(repr, df.columns))}",
+                         file=file, column="reliability")
     dom = text_column(df, "domain", file)
     no_duplicates(df.assign(domain=dom), ["domain"], file)
     pc1 = numeric_column(df, "pc1", file, lo=0.0, hi=1.0) if "pc1" in df.columns else None

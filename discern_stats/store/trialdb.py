@@ -9,19 +9,31 @@ import pandas as pd
 import sqlalchemy as sa
 
 from . import exporting, importing
-from .db import DEFAULT_DB_URL, LLM, Attempt, Item, Request, Source, Trial, World, init_schema, make_engine
+from ..core.errors import DatabaseURLError
+from .db import DEFAULT_DB_URL, LLM, Attempt, Item, Request, Source, Trial, World, init_schema, make_engine, normalise_url
 
 
-def _check_sqlite_file(url: str) -> None:
-    from .db import normalise_url
-    from ..core.errors import DatabaseURLError
+def sqlite_file(url: str) -> Path | None:
+    """The file of a SQLite URL (None for other databases, in-memory ones and unparsable URLs)."""
     try:
         u = sa.engine.make_url(normalise_url(url))
     except sa.exc.ArgumentError:
-        return  # make_engine names the problem
-    if u.get_backend_name() == "sqlite" and u.database not in (None, "", ":memory:") \
-            and not u.database.startswith("file:") and not Path(u.database).is_file():
-        raise DatabaseURLError(f"no database at {url} (file {Path(u.database).resolve()} does not exist); check "
+        return None  # make_engine names the problem
+    if u.get_backend_name() == "sqlite" and u.database not in (None, "", ":memory:") and not u.database.startswith("file:"):
+        return Path(u.database)
+    return None
+
+
+def absolute_url(url: str) -> str:
+    """``url`` with a relative SQLite path made absolute (for processes that run in another folder)."""
+    path = sqlite_file(url)
+    return url if path is None or path.is_absolute() else f"sqlite:///{path.resolve()}"
+
+
+def _check_sqlite_file(url: str) -> None:
+    path = sqlite_file(url)
+    if path is not None and not path.is_file():
+        raise DatabaseURLError(f"no database at {url} (file {path.resolve()} does not exist); check "
                                f"the URL (the demo writes sqlite:///demo_out/trials.db)")
 
 
@@ -41,7 +53,6 @@ class TrialDB:
             _check_sqlite_file(url)
         self.engine = make_engine(url)
         if must_exist and not sa.inspect(self.engine).has_table(Trial.__tablename__):
-            from ..core.errors import DatabaseURLError
             raise DatabaseURLError(f"no discern_stats database at {url} (it has no trial table); check the URL, "
                                    f"or create one with `discern-stats db init --db {url}`")
         if create:
@@ -119,6 +130,15 @@ class TrialDB:
             e["validity_rate"] = (e["valid"] / e["done"]) if e["done"] else None
         out["per_llm"] = sorted(per.values(), key=lambda e: (e["design"], e["llm"]))
         return out
+
+    def sqlite_path(self) -> Path | None:
+        return sqlite_file(self.url)
+
+    def is_empty(self) -> bool:
+        """True when no table holds a row (the schema's own version record aside)."""
+        with self.engine.connect() as conn:
+            return all(conn.execute(sa.select(sa.func.count()).select_from(m.__table__)).scalar() == 0
+                       for m in (LLM, Item, Source, World, Request, Trial, Attempt))
 
     def dispose(self) -> None:
         self.engine.dispose()
