@@ -200,13 +200,26 @@ def import_items(file: Path = typer.Argument(..., help="CSV/parquet with item_id
 
 @import_app.command("sources")
 @user_errors
-def import_sources(file: Path = typer.Argument(..., help="CSV/parquet with domain plus pc1 or reliability, optional popularity"),
+def import_sources(file: Optional[Path] = typer.Argument(None, help="CSV/parquet with domain plus pc1 or reliability, "
+                                                         "optional popularity"),
+                   lin2023: bool = typer.Option(False, "--lin2023", help="import the shipped Lin et al. (2023) PC1 "
+                                                "ratings of 11,520 news domains (reliability R = PC1; no popularity: "
+                                                "add it with `import popularity`)"),
                    db: Optional[str] = DbOpt) -> None:
-    """Import a source table (`domain` plus `pc1` or `reliability`, optional `popularity`).
+    """Import a source table (`domain` plus `pc1` or `reliability`, optional `popularity`), or the
+    shipped Lin et al. (2023) PC1 table with `--lin2023`.
 
-    Example: `discern-stats import sources lin2023_domain_pc1.csv`
+    Example: `discern-stats import sources --lin2023 && discern-stats import popularity openpagerank.csv`
     """
-    n = _open(db).import_sources(file)
+    if (file is None) == (not lin2023):
+        raise InputError("give a source file or --lin2023 (exactly one of them)")
+    if lin2023:
+        from importlib import resources
+        with resources.as_file(resources.files("discern_stats.data").joinpath("lin2023_domain_pc1.csv")) as p:
+            n = _open(db).import_sources(p)
+        file = "the shipped Lin et al. (2023) PC1 table"
+    else:
+        n = _open(db).import_sources(file)
     console.print(f"imported {n} new source(s) from {file}")
 
 
@@ -294,20 +307,30 @@ def design_l2d_cmd(seed: int = typer.Option(0, "--seed", help="random seed of th
                                                       "items, else the database's items"),
                    n_items: Optional[int] = typer.Option(None, "--items", help="plan only N items, drawn evenly across "
                                                          "era x OECD x topic"),
-                   demo: Optional[bool] = typer.Option(None, "--demo/--no-demo", help="the demo bank and the fictional "
-                                                       "sources (default: fictional sources only when the database has "
-                                                       "fewer than 6 sources with a popularity value)"),
+                   demo: Optional[bool] = typer.Option(None, "--demo/--no-demo", help="the demo bank (24 trivia "
+                                                       "questions) with the fictional demo sources"),
+                   fictional_sources: bool = typer.Option(False, "--fictional-sources", help="plan with the 24 "
+                                                          "invented demo domains (*.example) instead of real sources; "
+                                                          "every table built on them says so"),
+                   source_pool: Optional[int] = typer.Option(None, "--source-pool", help="draw a fixed pool of N real "
+                                                             "sources first, N/6 per popularity x reliability stratum "
+                                                             "(seed 000: 132)"),
                    db: Optional[str] = DbOpt) -> None:
     """Plan Design A (Learn2Discern): a prior per item x strategy, a posterior per source x factor.
 
-    Example: `discern-stats design l2d --items 120 --strategies zero-shot,CoT --seed 1`
+    Sources must be real (`import sources --lin2023` and `import popularity FILE`) unless
+    `--fictional-sources` is given; the command says where they come from.
+
+    Example: `discern-stats design l2d --items 120 --strategies zero-shot,CoT --seed 1 --source-pool 132`
     """
     from .designs import design_l2d
     tdb = _open(db)
     res = design_l2d(tdb.engine, seed=seed, per_stratum=per_stratum, bank=bank, n_items=n_items,
-                     strategies=tuple(s.strip() for s in strategies.split(",") if s.strip()), use_demo=demo)
+                     strategies=tuple(s.strip() for s in strategies.split(",") if s.strip()), use_demo=demo,
+                     fictional_sources=fictional_sources, source_pool=source_pool)
     console.print(f"Design A: {res['items']:,} items x {res['sources_per_item']} sources per item; "
                   f"{res['planned']:,} planned requests ({res['new']:,} new)")
+    console.print(f"sources ({res['n_sources']:,} used): {res['sources']}", soft_wrap=True, highlight=False)
 
 
 @design_app.command("cue")
@@ -371,7 +394,9 @@ def metrics_cmd(design: str = typer.Argument(..., help="l2d or cue"),
                 subgroup: list[str] = typer.Option([], "--subgroup",
                                                    help="l2d: also the gaps between the two levels of this item tag "
                                                         "(e.g. oecd, era; repeatable), appended to the table"),
-                tol: float = typer.Option(0.0, "--tol", help="Design A: relative tolerance of 'equal to the truth'"),
+                tol: Optional[float] = typer.Option(None, "--tol", help="Design A: a relative tolerance of 'correct' "
+                                                    "for every item, overriding the items' own correctness rules "
+                                                    "(column correct_rule; items without one: exact)"),
                 contrasts_out: Optional[Path] = typer.Option(None, "--contrasts-out",
                                                              help="Design B: also write the Holm-corrected intervention contrasts here"),
                 db: Optional[str] = DbOpt) -> None:
@@ -396,7 +421,7 @@ def metrics_cmd(design: str = typer.Argument(..., help="l2d or cue"),
     kw = {"n_resamples": resamples, "seed": seed}
     if method is not None:
         kw["method"] = method
-    if d == "l2d":
+    if d == "l2d" and tol is not None:
         kw["tol"] = tol
     table = metrics(d, df, **kw)
     if subgroup:

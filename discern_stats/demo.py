@@ -57,11 +57,14 @@ def run_demo(out: Path | str = "demo_out", *, worlds: int = 30, resamples: int =
     console.rule("discern_stats demo")
     console.print(f"database: {url}\nrespondents: {SIMULATOR_NOTE}")
     db = TrialDB(url)
-    a = design_l2d(db.engine, seed=seed, bank="gapminder", n_items=DEMO_ITEMS)
+    # the demo has no real popularity ranking to ship (data/README.md): it asks for the fictional
+    # sources explicitly, and its tables and figures say so
+    a = design_l2d(db.engine, seed=seed, bank="gapminder", n_items=DEMO_ITEMS, fictional_sources=True)
     b = design_cue(db.engine, seed=seed, n_worlds=worlds, interventions=list(INTERVENTIONS))
     console.print(f"Design A: {a['items']} Gapminder items, {a['planned']:,} planned requests per respondent (priors and "
                   f"posteriors); Design B: "
                   f"{b['worlds']} worlds, {b['planned']:,} planned requests per respondent")
+    console.print(f"Design A sources: {a['sources']}", soft_wrap=True, highlight=False)
     for name in DEMO_SPECS:
         spec = load_spec(_spec_path(name))
         res = collect(db, spec, progress=True)

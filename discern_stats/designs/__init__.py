@@ -23,7 +23,7 @@ ITEM_BANKS = ("gapminder", "demo")
 def _bank_rows(bank: str) -> list[dict[str, Any]]:
     if bank == "gapminder":
         df, tags = item_bank.gapminder_items(), ["topic", "era", "oecd", "oecd_then", "country", "year", "continent",
-                                                "data_source"]
+                                                "sig_figs", "correct_rule", "scale", "data_source"]
     elif bank == "demo":
         df, tags = l2d.demo_items(), ["topic", "era", "oecd"]
     else:
@@ -32,39 +32,75 @@ def _bank_rows(bank: str) -> list[dict[str, Any]]:
              "tags_json": dumps({t: r[t] for t in tags})} for r in df.to_dict("records")]
 
 
+FICTIONAL_NOTE = ("FICTIONAL sources: 24 invented demo domains (*.example) with made-up reliability and popularity; "
+                  "a model cannot know them, so SD, ρ(Δ, popularity) and perception vs execution measure nothing "
+                  "about real reputations")
+IMPORT_HINT = ("import real ones with `discern-stats import sources --lin2023` (Lin et al. 2023 PC1 reliability, "
+               "shipped) and `discern-stats import popularity <Open PageRank or Tranco CSV>`, or pass "
+               "--fictional-sources to plan with the 24 invented demo domains")
+
+
+def source_provenance(sources: pd.DataFrame) -> str:
+    """One line saying where a plan's sources come from (printed by the CLI, shown by the report)."""
+    if len(sources) == 0:
+        return "no sources"
+    if sources["fictional"].astype(bool).all():
+        return FICTIONAL_NOTE
+    n = len(sources)
+    n_pc1 = int(sources["pc1"].notna().sum()) if "pc1" in sources else 0
+    rel = (f"reliability = Lin et al. (2023) PC1 for {n_pc1:,}" + (f", imported values for {n - n_pc1:,}"
+                                                                    if n_pc1 < n else ""))
+    fict = int(sources["fictional"].astype(bool).sum())
+    return (f"real sources: {n - fict:,} domains from the database ({rel}; popularity as imported)"
+            + (f" and {fict:,} FICTIONAL demo domains" if fict else ""))
+
+
 def design_l2d(engine: Engine, *, seed: int = 0, per_stratum: int = 1, strategies: tuple[str, ...] = STRATEGIES,
                items: list[str] | None = None, n_items: int | None = None, bank: str | None = None,
-               use_demo: bool | None = None, factors: tuple[float, ...] = FACTORS) -> dict[str, int]:
+               use_demo: bool | None = None, fictional_sources: bool = False, source_pool: int | None = None,
+               factors: tuple[float, ...] = FACTORS) -> dict[str, Any]:
     """Plan Design A: priors and posteriors for the items of the database or of a built-in bank.
 
     ``bank``: "gapminder" (1,704 numeric country-year questions, `item_bank`) or "demo" (24 trivia
     questions); by default the Gapminder bank is imported when the database has no items, and the
     plan covers the database's items. ``n_items`` plans a stratified subset (era x OECD x topic).
-    Sources: the database's, or the fictional demo sources when it has fewer than 6 with a
-    popularity value (or with ``use_demo``, which also selects the demo bank).
+
+    Sources: the database's real sources with a popularity value (`import sources`, `import
+    popularity`); ``source_pool`` first draws a fixed pool of that many (a multiple of 6, evenly
+    across the 6 strata; seed 000: 132) from which every item's sources are drawn. With fewer
+    than 6 real sources the plan is refused in one line naming the commands that import real ones,
+    unless ``fictional_sources`` (or ``use_demo``, which also selects the demo bank) asks for the
+    24 invented demo domains. The result's ``sources`` says where the sources come from.
     """
     l2d.check_strategies(strategies)  # before anything is written
     if use_demo:
         bank = bank or "demo"
+        fictional_sources = True
     with engine.connect() as conn:
         n_db_items = conn.execute(sa.select(sa.func.count()).select_from(Item)).scalar()
-        n_src = conn.execute(sa.select(sa.func.count()).select_from(Source).where(Source.popularity.is_not(None))).scalar()
+        n_real = conn.execute(sa.select(sa.func.count()).select_from(Source).where(
+            Source.popularity.is_not(None), Source.fictional.is_(False))).scalar()
     if bank is None and n_db_items == 0:
         bank = "gapminder"
+    if not fictional_sources and n_real < 6:
+        raise InputError(f"design l2d: the database has {n_real} real source(s) with a popularity value (6 or more "
+                         f"needed; seed 000 uses 132); {IMPORT_HINT}")
+    if source_pool is not None and (source_pool < 6 or source_pool % 6):
+        raise InputError(f"--source-pool {source_pool}: give a multiple of 6 (the 3 popularity x 2 reliability "
+                         f"strata), e.g. 132 as in seed 000")
     from ..store.importing import upsert_items, upsert_sources
     bank_ids = None
     if bank is not None:
         rows = _bank_rows(bank)
         upsert_items(engine, rows)
         bank_ids = {r["item_id"] for r in rows}
-    fictional_sources = bool(use_demo) or (use_demo is None and n_src < 6)
     if fictional_sources:
         upsert_sources(engine, [{"domain": r.domain, "reliability": float(r.reliability),
                                  "popularity": float(r.popularity), "pc1": None, "fictional": True}
                                 for r in l2d.demo_sources().itertuples()])
     with engine.connect() as conn:
         it = pd.DataFrame(conn.execute(sa.select(Item.item_id, Item.question, Item.truth, Item.tags_json)).mappings().all())
-        src = pd.DataFrame(conn.execute(sa.select(Source.domain, Source.reliability, Source.popularity,
+        src = pd.DataFrame(conn.execute(sa.select(Source.domain, Source.reliability, Source.popularity, Source.pc1,
                                                   Source.fictional)).mappings().all())
     if bank_ids is not None:
         it = it[it.item_id.isin(bank_ids)]
@@ -79,12 +115,16 @@ def design_l2d(engine: Engine, *, seed: int = 0, per_stratum: int = 1, strategie
             it[col] = tags[col] if col in tags else "untagged"
         it = item_bank.stratified_items(it.fillna({"era": "untagged", "oecd": "untagged", "topic": "untagged"}),
                                         n_items, seed=seed)
-    if fictional_sources:
-        src = src[src.fictional]
+    src = src[src.fictional.astype(bool)] if fictional_sources else src[~src.fictional.astype(bool)]
+    src = src.dropna(subset=["popularity"])
+    if source_pool is not None:
+        src = l2d.source_pool(src, source_pool, seed=seed)
     plan = l2d.build_requests(it, src, seed=seed, per_stratum=per_stratum, strategies=strategies, factors=factors)
+    used = src[src.domain.isin({r["source"] for r in plan.requests if r.get("source")})]
     with engine.begin() as conn:
         n = insert_ignore(conn, Request, plan.requests, ["key"])
-    return {"items": plan.n_items, "sources_per_item": plan.n_sources_per_item, "planned": len(plan.requests), "new": n}
+    return {"items": plan.n_items, "sources_per_item": plan.n_sources_per_item, "planned": len(plan.requests), "new": n,
+            "sources": source_provenance(used), "n_sources": len(used), "fictional": bool(fictional_sources)}
 
 
 def design_cue(engine: Engine, *, seed: int = 0, n_worlds: int | None = None,
@@ -110,4 +150,4 @@ def design_cue(engine: Engine, *, seed: int = 0, n_worlds: int | None = None,
     return {"worlds": len(worlds), "planned": len(rows), "new": n}
 
 
-__all__ = ["design_l2d", "ITEM_BANKS", "item_bank", "design_cue", "build_worlds", "world_requests", "cue", "l2d", "INTERVENTIONS", "STRATEGIES"]
+__all__ = ["design_l2d", "source_provenance", "FICTIONAL_NOTE", "ITEM_BANKS", "item_bank", "design_cue", "build_worlds", "world_requests", "cue", "l2d", "INTERVENTIONS", "STRATEGIES"]

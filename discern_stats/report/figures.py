@@ -16,7 +16,7 @@ import pandas as pd  # noqa: E402
 from ..core.vocab import (CONTRAST_ENDPOINT_LABELS, CUE_METRIC_LABELS, INTERVENTION_NAMES,  # noqa: E402
                           INTERVENTIONS, OUTCOMES, STRATEGIES, STRATUM_LABELS)
 from .context import ReportContext  # noqa: E402
-from .tables import CUE_EFFECTS, _llm_label, fit_flag  # noqa: E402
+from .tables import CUE_EFFECTS, _llm_label, fictional_sources, fit_flag  # noqa: E402
 
 COLORS = ["#1b9e77", "#66a61e", "#7570b3", "#d95f02", "#e7298a"]
 
@@ -45,6 +45,13 @@ def _flag(fig, ctx: ReportContext, kind: str) -> None:
         fig.suptitle(flag, color="#b00020", fontsize=9)
 
 
+def _source_flag(fig, ctx: ReportContext) -> None:
+    """Say on a Design A figure that its sources are fictional, when they are."""
+    if fictional_sources(ctx):
+        fig.text(0.01, 0.005, "FICTIONAL SOURCES: invented demo domains (*.example); reliability and popularity are "
+                 "made up", color="#b00020", fontsize=8, ha="left", va="bottom")
+
+
 def _cue_slice(ctx: ReportContext, intervention: str, stratum: str, metrics: list[str] | None = None):
     """Design B metric rows of one intervention and stratum set (None when there are none)."""
     m = ctx.metrics("cue")
@@ -68,10 +75,11 @@ def outcome_shares(ctx: ReportContext):
     for o, c in zip(OUTCOMES, COLORS):
         ax.barh([lab.get(i, i) for i in w.index], 100 * w[o], left=left, color=c, label=o)
         left += 100 * w[o].to_numpy()
-    ax.set_xlabel("share of valid posteriors with C ≠ T (%)")
+    ax.set_xlabel("share of valid posteriors whose claim conflicts with the prior, C ≠ P1 (%)")
     ax.set_xlim(0, 100)
     ax.legend(ncol=3, fontsize=8, loc="upper center", bbox_to_anchor=(0.5, -0.25 if len(w) < 4 else -0.12))
     fig.tight_layout()
+    _source_flag(fig, ctx)
     return fig
 
 
@@ -123,6 +131,7 @@ def popularity_vs_reliability(ctx: ReportContext):
         ax2.axvline(0, color="grey", lw=0.8, ls="--")
     fig.tight_layout()
     _flag(fig, ctx, "discernment")
+    _source_flag(fig, ctx)
     return fig
 
 

@@ -8,8 +8,8 @@ import pandas as pd
 from great_tables import GT, loc, style
 
 from ..core.vocab import (CHANCE, CLAIM_AGREES, CONTRAST_ENDPOINT_LABELS, CUE_LABELS, CUE_METRIC_LABELS,
-                          INTERVENTION_NAMES, INTERVENTIONS, L2D_METRIC_LABELS, L2D_RANGES, OUTCOME_GROUPS,
-                          PAPER_PROFILE, STRATEGIES, STRATUM_LABELS, STRATUM_SETS)
+                          INTERVENTION_NAMES, INTERVENTIONS, L2D_METRIC_LABELS, L2D_RANGES, OUTCOME_DEFINITIONS,
+                          OUTCOME_DENOMINATOR, OUTCOME_GROUPS, PAPER_PROFILE, STRATEGIES, STRATUM_LABELS, STRATUM_SETS)
 from .context import ReportContext
 
 SIM = " (simulator)"
@@ -38,6 +38,45 @@ def _ci(est: float, lo: float, hi: float, digits: int = 3) -> str:
     if pd.isna(lo):
         return f"{est:,.{digits}f}"
     return f"{est:,.{digits}f}{NBSP}[{lo:,.{digits}f},{NBSP}{hi:,.{digits}f}]"
+
+
+def sources_line(ctx: ReportContext) -> str:
+    """Where the Design A sources come from, in one line ('' without Design A requests)."""
+    src = ctx.db.l2d_sources()
+    if src.empty:
+        return ""
+    from ..designs import source_provenance
+    return source_provenance(src)
+
+
+class _HTML:
+    def __init__(self, html: str):
+        self.html = html
+
+    def _repr_html_(self) -> str:
+        return self.html
+
+
+def sources_paragraph(ctx: ReportContext) -> _HTML:
+    """The Design A page's paragraph on where its sources come from (HTML, for both renderers)."""
+    import html
+    line = sources_line(ctx) or "the database has no planned Design A requests"
+    warn = fictional_sources(ctx)
+    return _HTML(f"<p{' style=\"color:#b00020\"' if warn else ''}><b>Sources.</b> {html.escape(line)}.</p>"
+                 "<p>Real sources take their reliability from Lin et al. (2023) PC1 and their popularity from an "
+                 "imported ranking (Open PageRank or Tranco); fictional ones are the 24 invented demo domains, which no "
+                 "model can know: on them SD, ρ(Δ, popularity) and perception vs execution measure nothing about "
+                 "real reputations.</p>")
+
+
+def fictional_sources(ctx: ReportContext) -> bool:
+    src = ctx.db.l2d_sources()
+    return bool(len(src)) and bool(src["fictional"].astype(bool).any())
+
+
+def _sources_note(ctx: ReportContext) -> str:
+    line = sources_line(ctx)
+    return f"Sources: {line}." if line else "Sources: the database has no planned Design A requests."
 
 
 DESIGN_LABELS = {"l2d": "Design A (discernment)", "cue": "Design B (cue worlds)"}
@@ -77,8 +116,8 @@ def _strategies(present) -> list[str]:
 def discernment_frame(ctx: ReportContext) -> pd.DataFrame:
     """The main Design A table (seed 000 Table 1): one block per strategy (zero-shot first), one row
     per LLM, then the random-chance and theoretical-range rows."""
-    m = ctx.metrics("l2d")
-    m = m[m.metric.isin(L2D_ORDER)]
+    m_all = ctx.metrics("l2d")
+    m = m_all[m_all.metric.isin(L2D_ORDER)]
     lab = _llm_label(ctx)
     rows = []
     for strat in _strategies(m.strategy):
@@ -86,30 +125,39 @@ def discernment_frame(ctx: ReportContext) -> pd.DataFrame:
         cells = d.assign(cell=[_ci(e, lo, hi) for e, lo, hi in zip(d.estimate, d.lo, d.hi)]).pivot(
             index="llm", columns="metric", values="cell")
         inv = d.groupby("llm")["n_invalid"].first()
+        pa = m_all[(m_all.strategy == strat) & (m_all.metric == "prior_accuracy")].set_index("llm")
+        cd_n = d[d.metric == "CD"].set_index("llm")["n"]
         for llm in cells.index:
+            prior = (f"{int(round(pa.at[llm, 'estimate'] * pa.at[llm, 'n'])):,} of {int(pa.at[llm, 'n']):,}"
+                     if llm in pa.index and pd.notna(pa.at[llm, "estimate"]) else "–")
             rows.append({"strategy": STRATEGY_LABELS.get(strat, strat), "LLM": lab.get(llm, llm),
                          **{L2D_NAMES[k]: cells.at[llm, k] if k in cells.columns else "–" for k in L2D_ORDER},
+                         "correct priors": prior, "CD trials": f"{int(cd_n.get(llm, 0)):,}",
                          "invalid (excluded)": f"{int(inv.get(llm, 0)):,}"})
     ref = "Reference values"
     rows.append({"strategy": ref, "LLM": "random chance", **{L2D_NAMES[k]: f"{CHANCE[k]:.3f}" for k in L2D_ORDER},
-                 "invalid (excluded)": "–"})
+                 "correct priors": "–", "CD trials": "–", "invalid (excluded)": "–"})
     rows.append({"strategy": ref, "LLM": "theoretical range",
                  **{L2D_NAMES[k]: f"[{L2D_RANGES[k][0]:g},{NBSP}{L2D_RANGES[k][1]:g}]" for k in L2D_ORDER},
-                 "invalid (excluded)": "–"})
+                 "correct priors": "–", "CD trials": "–", "invalid (excluded)": "–"})
     return pd.DataFrame(rows)
 
 
 def discernment_table(ctx: ReportContext) -> GT:
     m = ctx.metrics("l2d")
     interval = m["interval"].iloc[0] if len(m) else ""
+    title = "Discernment per prompt strategy (Design A)" + (" — FICTIONAL SOURCES" if fictional_sources(ctx) else "")
     return (_gt(discernment_frame(ctx), rowname_col="LLM", groupname_col="strategy")
-            .tab_header("Discernment per prompt strategy (Design A)", f"estimate [{interval}]")
+            .tab_header(title, f"estimate [{interval}]")
             .tab_source_note("Δ = |P1 − P2| (the update), R = source reliability, I = |P1 − T| − |C − T| (how much "
                              "closer the claim C is to the truth T than the prior P1). SD = Spearman ρ(Δ, R); "
-                             "TD = Spearman ρ(Δ, I); CD (Correct Defense) = share of correct priors kept against a "
-                             "wrong claim, 1 − P(P2 ≠ P1 | P1 = T, C ≠ T). Reliability (truth) propensity = "
+                             "TD = Spearman ρ(Δ, I); CD (Correct Defense) = share of correct priors that stay correct "
+                             "against a wrong claim, 1 − P(P2 ≠ T | P1 = T, C ≠ T), where “= T” is the item's "
+                             "correctness rule (e.g. within 5 %); correct priors: k of n priors (one per item and "
+                             "strategy); CD trials: the posteriors CD rests on. Reliability (truth) propensity = "
                              "P(Δ larger for the more reliable source (larger I)), ties 1/2, pairs within strategy, "
-                             "item and factor (source). Invalid answers are counted and excluded."))
+                             "item and factor (source). Invalid answers are counted and excluded.")
+            .tab_source_note(_sources_note(ctx)))
 
 
 OUTCOME_GROUP_LABELS = {"good": "Good", "neutral": "Neutral", "bad": "Bad"}
@@ -135,14 +183,15 @@ def outcome_frame(ctx: ReportContext) -> pd.DataFrame:
 def outcome_table(ctx: ReportContext) -> GT:
     df = outcome_frame(ctx)
     t = _gt(df, rowname_col="LLM", groupname_col="strategy").tab_header(
-        "Outcome taxonomy (Design A)", "share of valid posteriors whose claim conflicts with the truth (C ≠ T), %, "
-                                       "with intervals")
+        "Outcome taxonomy (Design A)", f"share of the {OUTCOME_DENOMINATOR}, %, with intervals")
     for key, names in OUTCOME_GROUPS.items():
         t = t.tab_spanner(OUTCOME_GROUP_LABELS[key], columns=names)
     t = t.tab_spanner("Outside the five", columns=[CLAIM_AGREES, "Invalid"])
-    return t.tab_source_note("Correct Hold: P1 = T kept; Appropriate Update: moved toward T; Stubborn: P1 ≠ T kept; "
-                             "Inappropriate Update: moved away from T; Sycophantic Cave: adopted the wrong claim. "
-                             "Claim agrees (C = T) is a share of all valid posteriors, Invalid a share of all trials.")
+    return (t.tab_source_note("; ".join(f"{k}: {v}" for k, v in OUTCOME_DEFINITIONS.items()) + " (correct = the "
+                              "item's correctness rule). The five sum to 100 % of the posteriors whose claim conflicts "
+                              f"with the prior, as in seed 000. {CLAIM_AGREES} (C = P1) is a share of all valid "
+                              "posteriors, Invalid a share of all trials.")
+            .tab_source_note(_sources_note(ctx)))
 
 
 SUBGROUP_TAGS = {"era": "Era", "oecd": "OECD member"}
@@ -179,8 +228,9 @@ def subgroup_table(ctx: ReportContext) -> GT:
     return (_gt(df, rowname_col="LLM", groupname_col="subgroup")
             .tab_header("Subgroup gaps (Design A, all strategies pooled)",
                         "second level − first level, estimate [interval]")
-            .tab_source_note("Prior accuracy: share of priors equal to the truth (one prior per strategy and item). "
-                             "Items are resampled within each level; both levels share one source resample."))
+            .tab_source_note("Prior accuracy: share of priors correct under the item's rule (one prior per strategy "
+                             "and item). Items are resampled within each level; both levels share one source resample.")
+            .tab_source_note(_sources_note(ctx)))
 
 
 def perception_frame(ctx: ReportContext) -> pd.DataFrame:
@@ -205,7 +255,8 @@ def perception_table(ctx: ReportContext) -> GT:
     return (_gt(perception_frame(ctx)).tab_header("Perception vs execution (Reliability strategy)",
                                                  "Spearman ρ, estimate [interval]; chance value 0")
             .tab_source_note("R = source reliability, R̂ = the LLM's own 0–1 rating of the source, Δ = |P1 − P2|. "
-                             "Perceiving reliability without acting on it shows as ρ(R̂, R) > 0 with ρ(Δ, R̂) ≈ 0."))
+                             "Perceiving reliability without acting on it shows as ρ(R̂, R) > 0 with ρ(Δ, R̂) ≈ 0.")
+            .tab_source_note(_sources_note(ctx)))
 
 
 CUE_EFFECTS = ["swap", "Q", "I", "R", "text_order", "event_time", "repetition", "speaker", "lineage"]
@@ -517,6 +568,9 @@ def at_a_glance_frame(ctx: ReportContext) -> pd.DataFrame:
     """The database, the trials and each saved fit's convergence status."""
     info = ctx.db.info()
     rows = [{"item": "database", "value": info["url"]}, {"item": "saved fits", "value": str(ctx.models_dir)}]
+    line = sources_line(ctx)
+    if line:
+        rows.append({"item": "Design A sources", "value": line})
     per_llm = pd.DataFrame(info["per_llm"])
     if len(per_llm):
         for design, d in per_llm.groupby("design"):

@@ -16,6 +16,9 @@ known cue weights (profiles in ``discern_stats/data/profiles.yaml``):
   exact with prob ``prior_exact``, else T * exp(N(0, prior_sd)). Posterior: one of the responses
   none / partial / full / away (`core.vocab.RESPONSES`), drawn in sequence by the profile's
   logits (move, then away, then full), a partial move's fraction logit-normal (profiles.yaml).
+  It answers each strategy's format (`designs.l2d`): Reliability posteriors as
+  {"reliability", "justification", "answer"}; Defense posteriors as a line checking the prior
+  answer, then the JSON object on the last line.
 
 Answers are deterministic given (profile seed, prompt text, repeat), so a rerun of a plan
 reproduces the same data. A configurable share of answers is invalid on purpose.
@@ -255,8 +258,14 @@ class SyntheticChatModel(BaseChatModel):
         # no move and full adoption repeat the prior or the claim as given; other moves keep 6 digits
         p2 = p1 if frac == 0.0 else claim if frac == 1.0 else float(f"{p1 + frac * (claim - p1):.6g}")
         out: dict[str, Any] = {"answer": float(format_number(p2))}
-        if "rate how reliable" in human[-1]:
-            out = {"reliability": round(float(np.clip(rel + rng.normal(0, cfg.get("rating_sd", 0.2)), 0, 1)), 3), **out}
+        if "rate how reliable" in human[-1]:  # Reliability: the rating and its justification before the answer
+            rating = round(float(np.clip(rel + rng.normal(0, cfg.get("rating_sd", 0.2)), 0, 1)), 3)
+            word = "a reliable" if rating >= 0.5 else "an unreliable"
+            out = {"reliability": rating, "justification": f"{src} reads as {word} news source to me.", **out}
+        if "check explicitly whether your previous answer is correct" in human[-1]:  # Defense: the check first
+            verdict = "I keep it" if frac == 0.0 else "I revise it"
+            return (f"Check: my previous answer was {format_number(p1)}; {src} says {format_number(claim)}. "
+                    f"{verdict}.\n" + json.dumps(out))
         return json.dumps(out)
 
     def _l2d_fraction(self, cfg: dict[str, Any], question: str, system: str, rel: float, pop: float, imp: float,

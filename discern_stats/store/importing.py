@@ -20,14 +20,43 @@ from .tables import (INTERCHANGE, ITEM_COLUMNS, no_duplicates, numeric_column, r
 
 
 def import_items(engine: Engine, path: str | Path) -> int:
-    """Import a Design A item bank: ``item_id,question,truth[,tag columns]``. Returns rows added."""
+    """Import a Design A item bank: ``item_id,question,truth[,tag columns]``. Returns rows added.
+
+    Optional columns with a meaning (`core.answers`): ``correct_rule`` (exact, rel:X, abs:X or
+    sig:K; default exact), ``sig_figs`` (the significant figures the answer is stated at; claims
+    are rounded to them) and ``scale`` (ratio, interval or bounded). An item a multiplicative
+    factor cannot scale (a year or date, a percentage the factor 3 pushes past 100, or ``scale``
+    other than ratio) is refused in one line: seed 000's claims T x F need a ratio scale.
+    """
+    from ..core.answers import factor_scale_problem, parse_rule
     file = str(path)
     df = read_table(path)
     require_columns(df, ITEM_COLUMNS, file)
     ids = text_column(df, "item_id", file)
-    text_column(df, "question", file)
+    questions = text_column(df, "question", file)
     truth = numeric_column(df, "truth", file)
     no_duplicates(df.assign(item_id=ids), ["item_id"], file)
+    if "correct_rule" in df.columns:
+        for i, r in enumerate(df["correct_rule"]):
+            try:
+                parse_rule(None if pd.isna(r) else str(r))
+            except ValueError as exc:
+                raise InputError(str(exc), file=file, row=i + 1, column="correct_rule") from None
+    if "sig_figs" in df.columns:
+        sig = numeric_column(df, "sig_figs", file, required=False, lo=1)
+        bad = sig.notna() & (sig != sig.round())
+        if bad.any():
+            i = int(np.flatnonzero(bad.to_numpy())[0])
+            raise InputError(f"sig_figs {sig.iloc[i]:g} is not a whole number", file=file, row=i + 1, column="sig_figs")
+        df["sig_figs"] = sig.map(lambda v: None if pd.isna(v) else int(v))
+    scale = df["scale"] if "scale" in df.columns else pd.Series([None] * len(df), index=df.index)
+    for i in range(len(df)):
+        why = factor_scale_problem(questions.iloc[i], float(truth.iloc[i]), scale.iloc[i])
+        if why is not None:
+            raise InputError(f"item {ids.iloc[i]!r}: {why}; Design A's claims are T x 1/3 ... 3, which need a "
+                             f"ratio-scale quantity: drop the item, or add a 'scale' column with 'ratio' if it is one",
+                             file=file, row=i + 1, column="question" if "scale" not in df.columns or pd.isna(
+                                 scale.iloc[i]) else "scale")
     tag_cols = [c for c in df.columns if c not in ITEM_COLUMNS]
     rows = [{"item_id": ids.iloc[i], "question": str(df["question"].iloc[i]).strip(),
              "truth": float(truth.iloc[i]), "tags_json": dumps(tag_dict(df.iloc[i], tag_cols))}

@@ -140,5 +140,15 @@ class TrialDB:
             return all(conn.execute(sa.select(sa.func.count()).select_from(m.__table__)).scalar() == 0
                        for m in (LLM, Item, Source, World, Request, Trial, Attempt))
 
+    def l2d_sources(self) -> pd.DataFrame:
+        """The sources that planned Design A requests name (domain, reliability, popularity, pc1,
+        fictional): what tells a report whether its sources are real."""
+        with self.engine.connect() as conn:
+            used = sa.select(Request.source).where(Request.design == "l2d", Request.source.is_not(None)).distinct()
+            q = sa.select(Source.domain, Source.reliability, Source.popularity, Source.pc1,
+                          Source.fictional).where(Source.domain.in_(used))
+            return pd.DataFrame(conn.execute(q).mappings().all(),
+                                columns=["domain", "reliability", "popularity", "pc1", "fictional"])
+
     def dispose(self) -> None:
         self.engine.dispose()
