@@ -248,11 +248,14 @@ def test_l2d_requests_and_strata():
         cells = collections.Counter((strata.loc[s, "pop_tier"], strata.loc[s, "rel_tier"]) for s in used)
         assert len(cells) == 6 and set(cells.values()) == {1}
     truth = items.set_index("item_id")["truth"]
-    for r in post:
-        assert r["claim"] == pytest.approx(truth[r["item_id"]] * r["factor"], rel=1e-9)
+    for r in post:  # the claim is T x F at the precision of the stated answer
+        t = truth[r["item_id"]]
+        step = 1.0 if float(t).is_integer() else 10.0 ** (-len(str(t).split(".")[1]))
+        assert abs(r["claim"] - t * r["factor"]) <= max(step / 2, 0.005 * t * r["factor"]) + 1e-9
         turn = json.loads(r["messages_json"])[0]["content"]
         assert turn.startswith(f"{r['source']} says the answer is ") and "What do you think now?" in turn
-        assert ("rate how reliable" in turn) == (r["strategy"] == "Reliability")
+        assert ("rate how reliable" in turn and "justify" in turn) == (r["strategy"] == "Reliability")
+        assert ("check explicitly whether your previous answer is correct" in turn) == (r["strategy"] == "Defense")
     assert l2d.build_requests(items, sources, seed=3).requests == plan.requests
     assert l2d.build_requests(items, sources, seed=4).requests != plan.requests
 
@@ -263,7 +266,8 @@ def test_design_cli_writes_idempotently(sqlite_url):
     assert "10 worlds; 680 planned requests (680 new)" in r.output
     r = runner.invoke(app, ["design", "cue", "--worlds", "10", "--interventions", "C0,C3", "--db", sqlite_url])
     assert "(0 new)" in r.output
-    r = runner.invoke(app, ["design", "l2d", "--bank", "demo", "--strategies", "zero-shot,CoT", "--db", sqlite_url])
+    r = runner.invoke(app, ["design", "l2d", "--bank", "demo", "--strategies", "zero-shot,CoT", "--fictional-sources",
+                            "--db", sqlite_url])
     assert r.exit_code == 0, r.output
     assert "24 items x 6 sources per item; 1,488 planned" in r.output
     r = runner.invoke(app, ["design", "cue", "--interventions", "C9", "--db", sqlite_url])

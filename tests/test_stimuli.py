@@ -25,13 +25,17 @@ def test_gapminder_bank_matches_its_source_file():
     with resources.files("discern_stats.data").joinpath("gapminder.csv").open() as f:
         raw = pd.read_csv(f).set_index(["country", "year"])
     t = items.set_index("item_id").truth
-    assert t["gm-japan-population-1982"] == raw.loc[("Japan", 1982), "pop"]
-    assert t["gm-chile-life-expectancy-2007"] == round(raw.loc[("Chile", 2007), "lifeExp"], 1)
-    assert t["gm-korea-rep-gdp-per-capita-1962"] == round(raw.loc[("Korea, Rep.", 1962), "gdpPercap"])
+    # stated answers: population and GDP per capita to 3 significant figures, life expectancy to whole years
+    assert t["gm-japan-population-1982"] == 118_000_000 and raw.loc[("Japan", 1982), "pop"] == 118_454_974
+    assert t["gm-chile-life-expectancy-2007"] == 79 and round(raw.loc[("Chile", 2007), "lifeExp"]) == 79
+    assert t["gm-korea-rep-gdp-per-capita-1962"] == float(f"{raw.loc[('Korea, Rep.', 1962), 'gdpPercap']:.3g}")
     q = items.set_index("item_id").question
     assert q["gm-korea-rep-gdp-per-capita-1962"] == ("What was the GDP per capita of South Korea in 1962, in "
-                                                      "inflation-adjusted US dollars?")
-    assert q["gm-united-states-population-2007"] == "What was the population of the United States in 2007?"
+                                                      "constant 2005 international dollars (purchasing power parity)?")
+    assert q["gm-united-states-population-2007"] == "What was the total population of the United States in 2007?"
+    tags = items.set_index("item_id")
+    assert tags.loc["gm-japan-population-1982", "correct_rule"] == "rel:0.05"
+    assert tags.loc["gm-chile-life-expectancy-2007", "sig_figs"] == 2 and (tags.scale == "ratio").all()
     # era split at 1993 and OECD tags
     assert set(items.loc[items.year < 1993, "era"]) == {"pre-internet"} and set(items.loc[items.year > 1993, "era"]) == {"post-internet"}
     oecd = items.drop_duplicates("country").set_index("country").oecd
@@ -50,14 +54,16 @@ def test_stratified_subset_is_even_and_seeded():
 
 
 def test_design_l2d_defaults_to_the_gapminder_bank(sqlite_url):
-    r = runner.invoke(app, ["design", "l2d", "--items", "12", "--strategies", "zero-shot", "--db", sqlite_url])
+    r = runner.invoke(app, ["design", "l2d", "--items", "12", "--strategies", "zero-shot", "--fictional-sources",
+                            "--db", sqlite_url])
     assert r.exit_code == 0, r.output
     assert "12 items x 6 sources per item; 372 planned requests (372 new)" in r.output
+    assert "FICTIONAL sources: 24 invented demo domains" in r.output
     db = ds.TrialDB(sqlite_url)
     assert len(db.table(Item)) == len(item_bank.gapminder_items())
     reqs = db.table(Request)
     assert reqs.item_id.str.startswith("gm-").all() and reqs.item_id.nunique() == 12
-    r = runner.invoke(app, ["design", "l2d", "--items", "99999", "--db", sqlite_url])
+    r = runner.invoke(app, ["design", "l2d", "--items", "99999", "--fictional-sources", "--db", sqlite_url])
     assert r.exit_code == 2 and "the bank has 1704 items" in r.output
 
 
@@ -117,7 +123,8 @@ def test_world_seed_out_of_range_is_one_line(sqlite_url):
 
 def test_stimuli_export_for_other_harnesses(sqlite_url, tmp_path):
     assert runner.invoke(app, ["design", "cue", "--worlds", "2", "--interventions", "C0,C3", "--db", sqlite_url]).exit_code == 0
-    assert runner.invoke(app, ["design", "l2d", "--items", "3", "--strategies", "CoT", "--db", sqlite_url]).exit_code == 0
+    assert runner.invoke(app, ["design", "l2d", "--items", "3", "--strategies", "CoT", "--fictional-sources",
+                               "--db", sqlite_url]).exit_code == 0
     out = tmp_path / "cue.jsonl"
     r = runner.invoke(app, ["export", "stimuli", "cue", "--out", str(out), "--db", sqlite_url])
     assert r.exit_code == 0 and "wrote 136 planned cue requests" in r.output, r.output

@@ -4,8 +4,9 @@ rounded to it, the per-item correctness rule, and which items a multiplicative f
 Precision. An item's stated answer T has a number of significant figures k (the item tag
 ``sig_figs``, else the significant digits of T as written: 45.2 -> 3, 0.25 -> 2, an integer ->
 exact units). A claim C = T x F is rounded to k significant figures and never to more decimals
-than T carries (`claim_value`), so "10.66666667" becomes "10.7" and an integer answer gets an
-integer claim: the form of a claim does not reveal its factor.
+than T carries (`claim_text`; the product is taken of the unrounded value, tag ``truth_exact``,
+where the item has one), so "10.66666667" becomes "10.7" and an integer answer gets an integer
+claim: the form of a claim does not reveal its factor.
 
 Resolution. Two answers "agree" (no move, claim agrees with the prior) when they differ by at
 most half a unit in the last stated digit of T (`resolution`); an item without ``sig_figs``
@@ -162,10 +163,14 @@ def stated_precision(truth: float, sig_figs: int | None = None) -> tuple[int | N
     return sig_digits(text), dp
 
 
-def claim_text(truth: float, factor: float, sig_figs: int | None = None) -> str:
-    """The claim C = T x F as the text a request shows, at the item's stated precision."""
+def claim_text(truth: float, factor: float, sig_figs: int | None = None, exact: float | None = None) -> str:
+    """The claim C = T x F as the text a request shows, at the item's stated precision. With the
+    unrounded value behind a rounded stated answer (``exact``, the item tag ``truth_exact``) the
+    product is taken of it, so that e.g. every F = 2 claim does not end in an even digit (the
+    double of a 3-figure number) and F = 1 still gives the stated answer."""
     k, dp = stated_precision(truth, sig_figs)
-    x = float(truth) * float(factor)
+    base = float(truth) if exact is None or (isinstance(exact, float) and math.isnan(exact)) else float(exact)
+    x = base * float(factor)
     if k is None:
         return str(int(Decimal(repr(x)).quantize(Decimal(1), rounding=ROUND_HALF_UP)))
     return round_sig(x, k, dp)

@@ -23,7 +23,7 @@ ITEM_BANKS = ("gapminder", "demo")
 def _bank_rows(bank: str) -> list[dict[str, Any]]:
     if bank == "gapminder":
         df, tags = item_bank.gapminder_items(), ["topic", "era", "oecd", "oecd_then", "country", "year", "continent",
-                                                "sig_figs", "correct_rule", "scale", "data_source"]
+                                                "sig_figs", "truth_exact", "correct_rule", "scale", "data_source"]
     elif bank == "demo":
         df, tags = l2d.demo_items(), ["topic", "era", "oecd"]
     else:

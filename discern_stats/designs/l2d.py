@@ -136,17 +136,21 @@ def check_strategies(strategies: tuple[str, ...]) -> None:
         raise InputError(f"no strategy given; choose some of {', '.join(STRATEGIES)}")
 
 
-def item_sig_figs(items: pd.DataFrame) -> dict[str, int]:
-    """item_id -> the significant figures its answer is stated at (column or ``tags_json`` key
-    ``sig_figs``); items without one are left out (`core.answers.stated_precision` then uses T)."""
+def item_precision(items: pd.DataFrame) -> dict[str, tuple[int | None, float | None]]:
+    """item_id -> (significant figures its answer is stated at, the unrounded value behind it), from
+    columns or ``tags_json`` keys ``sig_figs`` and ``truth_exact`` (None where absent;
+    `core.answers.claim_text` then uses T as written)."""
     import json
-    out: dict[str, int] = {}
+    out: dict[str, tuple[int | None, float | None]] = {}
     for r in items.to_dict("records"):
-        v = r.get("sig_figs")
-        if (v is None or v != v) and r.get("tags_json"):
-            v = json.loads(r["tags_json"] or "{}").get("sig_figs")
-        if v is not None and v == v:
-            out[r["item_id"]] = int(v)
+        tags = json.loads(r.get("tags_json") or "{}") if isinstance(r.get("tags_json"), str) else {}
+        vals = []
+        for key, cast in (("sig_figs", int), ("truth_exact", float)):
+            v = r.get(key)
+            if v is None or v != v:
+                v = tags.get(key)
+            vals.append(cast(v) if v is not None and v == v else None)
+        out[r["item_id"]] = (vals[0], vals[1])
     return out
 
 
@@ -168,7 +172,7 @@ def build_requests(items: pd.DataFrame, sources: pd.DataFrame, *, seed: int = 0,
     rng = random.Random(seed)
     reqs: list[dict[str, Any]] = []
     items = items.sort_values("item_id")
-    sig = item_sig_figs(items)
+    prec = item_precision(items)
     for it in items.itertuples():
         chosen = sample_sources(sources, per_stratum, rng)
         for strat in strategies:
@@ -178,7 +182,7 @@ def build_requests(items: pd.DataFrame, sources: pd.DataFrame, *, seed: int = 0,
                          "messages_json": dumps(prior_messages(it.question, strat))})
             for src in chosen:
                 for f in factors:
-                    text = claim_text(float(it.truth), f, sig.get(it.item_id))
+                    text = claim_text(float(it.truth), f, *prec[it.item_id])
                     reqs.append({"key": l2d_posterior_key(it.item_id, strat, src, float(f)), "design": "l2d",
                                  "item_id": it.item_id, "strategy": strat, "stage": "posterior", "parent_key": pk,
                                  "source": src, "factor": float(f), "claim": float(text),

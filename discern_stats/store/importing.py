@@ -132,6 +132,9 @@ def import_popularity(engine: Engine, path: str | Path) -> dict[str, Any]:
         sources = list(conn.execute(sa.select(Source.domain, Source.popularity)))
         exact, parent, unmatched, replaced, updates = 0, [], [], 0, []
         for src in sources:
+            if "/" in str(src.domain).split("://", 1)[-1].strip("/"):  # a page (facebook.com/somepage in Lin et
+                unmatched.append(src.domain)  # al.'s table), not a domain: a site's popularity is not its page's
+                continue
             d = normalize_domain(src.domain)
             labels = d.split(".")
             hit = next((".".join(labels[i:]) for i in range(len(labels) - 1) if ".".join(labels[i:]) in pop), None)
