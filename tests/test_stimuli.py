@@ -135,15 +135,23 @@ def test_stimuli_export_for_other_harnesses(sqlite_url, tmp_path):
         req = reqs.loc[x["id"]]
         assert x["input"] == json.loads(req.messages_json) and x["target"] == (req.gold if isinstance(req.gold, str) else "")
         assert x["metadata"]["condition"] == req.condition and x["metadata"]["facts"]["world_id"] == req.world_id
+        # the options are in the text once: choices stays empty (multiple_choice() would list them again)
+        assert x["choices"] == []
         if req.answer_format == "letter":
-            assert len(x["choices"]) in (2, 4) and x["input"][-1]["content"].endswith(x["choices"][-1])
+            texts = x["metadata"]["option_texts"]
+            assert len(texts) in (2, 4) and x["input"][-1]["content"].endswith(texts[max(texts)])
+            assert set(x["metadata"]["options"]) <= set(texts)
     out = tmp_path / "l2d.jsonl"
     assert runner.invoke(app, ["export", "stimuli", "l2d", "--out", str(out), "--db", sqlite_url]).exit_code == 0
     recs = {json.loads(ln)["id"]: json.loads(ln) for ln in out.read_text().splitlines()}
     post = next(x for x in recs.values() if x["metadata"]["stage"] == "posterior")
     prior = recs[post["metadata"]["parent_id"]]
-    assert post["input"][:2] == prior["input"] and post["input"][2] == {"role": "assistant", "content": "{prior answer}"}
+    assert post["input"][:2] == prior["input"] and post["input"][2] == {"role": "assistant", "content": "{prior reply}"}
     assert "says the answer is" in post["input"][3]["content"] and post["metadata"]["truth"] > 0
+    assert "raw reply" in post["metadata"]["prior_reply"] and "not the parsed number" in post["metadata"]["prior_reply"]
+    # Design A's target carries the truth as stated (before: always empty)
+    for x in recs.values():
+        assert x["target"] and float(x["target"]) == x["metadata"]["truth"]
     r = runner.invoke(app, ["export", "stimuli", "cue", "--out", str(tmp_path / "x.csv"), "--db", sqlite_url])
     assert r.exit_code == 2 and ".jsonl" in r.output
 

@@ -93,17 +93,31 @@ def export_to_file(engine: Engine, design: str, out: str | Path) -> Path:
     return write_table(df, out)
 
 
+PRIOR_REPLY = "{prior reply}"
+PRIOR_REPLY_RULE = ("replace the content of the assistant turn '{prior reply}' with the model's own raw reply to the "
+                    "sample named in metadata.parent_id, verbatim (the whole text it returned, as `discern-stats "
+                    "collect` sends it), not the parsed number")
+
+
 def export_stimuli(engine: Engine, design: str, path: str | Path) -> int:
     """Write every planned request of ``design`` as JSON lines, one sample per line, in the shape
     inspect_ai's ``json_dataset`` reads (``id``, ``input`` as chat messages, ``target``,
     ``choices``, ``metadata``) and lm-evaluation-harness reads as a local ``json`` dataset.
 
-    Design B metadata carries the condition labels, the option letter -> state map and the
-    request's evidence graph (``facts``). A Design A posterior is the second turn of a
-    conversation: its ``input`` holds the prior's messages, an assistant turn ``{prior answer}``
-    that the harness replaces with the model's own prior answer, and the claim turn;
-    ``metadata.parent_id`` names the prior sample. Returns the number of lines written.
+    ``input`` is the request exactly as planned, options included: a letter request's options are
+    part of its text (in each of the ten formats), so ``choices`` is empty and the sample is run
+    with ``generate()``, not ``multiple_choice()``, which would list the options a second time
+    under its own template; ``metadata.option_texts`` keeps them (letter -> text) and
+    ``metadata.options`` the letter -> state map. ``target`` is the gold letter or count (empty
+    where a probe has no gold) for Design B, and the truth as stated (e.g. "118000000") for Design A.
+    Design B metadata carries the condition labels and the request's evidence graph (``facts``).
+
+    A Design A posterior is the second turn of a conversation: its ``input`` holds the prior's
+    messages, an assistant turn ``{prior reply}``, and the claim turn; ``metadata.parent_id``
+    names the prior sample and ``metadata.prior_reply`` says what goes in (`PRIOR_REPLY_RULE`:
+    the model's raw reply to that prior sample, verbatim). Returns the number of lines written.
     """
+    from ..core.answers import format_number
     design = check_design(design)
     p = Path(path)
     if p.suffix.lower() != ".jsonl":
@@ -122,18 +136,23 @@ def export_stimuli(engine: Engine, design: str, path: str | Path) -> int:
             options = json.loads(r["options_json"] or "{}")
             if design == "cue":
                 user = msgs[-1]["content"]
-                choices = [ln[3:] for ln in user.rsplit("\n\n", 1)[-1].splitlines()[1:] if ln[:3] in ("A. ", "B. ", "C. ", "D. ")]
+                texts = {ln[0]: ln[3:] for ln in user.rsplit("\n\n", 1)[-1].splitlines()[1:]
+                         if ln[:3] in ("A. ", "B. ", "C. ", "D. ")} if r["answer_format"] == "letter" else {}
                 meta = {k: r[k] for k in ("design", "world_id", "stratum", "intervention", "track", "probe", "condition",
                                           "answer_format")}
-                meta.update(options=options, facts=json.loads(r["facts_json"]) if r["facts_json"] else None)
-                rec = {"id": r["key"], "input": msgs, "target": r["gold"] or "", "choices": choices, "metadata": meta}
+                meta.update(options=options, option_texts=texts,
+                            facts=json.loads(r["facts_json"]) if r["facts_json"] else None)
+                rec = {"id": r["key"], "input": msgs, "target": r["gold"] or "", "choices": [], "metadata": meta}
             else:
                 meta = {k: r[k] for k in ("design", "item_id", "strategy", "stage", "source", "factor", "claim",
                                           "answer_format")}
-                meta.update(truth=truth.get(r["item_id"]), parent_id=r["parent_key"])
+                t = truth.get(r["item_id"])
+                meta.update(truth=t, parent_id=r["parent_key"])
                 if r["stage"] == "posterior":
-                    msgs = priors.get(r["parent_key"], []) + [{"role": "assistant", "content": "{prior answer}"}] + msgs
-                rec = {"id": r["key"], "input": msgs, "target": "", "metadata": meta}
+                    msgs = priors.get(r["parent_key"], []) + [{"role": "assistant", "content": PRIOR_REPLY}] + msgs
+                    meta["prior_reply"] = PRIOR_REPLY_RULE
+                rec = {"id": r["key"], "input": msgs, "target": "" if t is None else format_number(float(t)),
+                       "choices": [], "metadata": meta}
             f.write(json.dumps(rec, ensure_ascii=False) + "\n")
             n += 1
     tmp.replace(p)
