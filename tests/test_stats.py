@@ -326,7 +326,7 @@ def test_subgroup_gaps_equal_independent_computations_and_refuse_bad_tags():
                 return sps.spearmanr(part.delta, part.improvement).statistic
             if r.metric == "prior accuracy gap":
                 return (part.groupby("item_id").prior.first() == part.groupby("item_id").truth.first()).mean()
-            conflict = part[part.claim != part.truth]
+            conflict = part[part.claim != part.prior]  # seed 000's denominator: the claim conflicts with the prior
             return ((conflict.prior != conflict.truth) & (conflict.posterior != conflict.prior)
                     & ((conflict.posterior - conflict.truth).abs() < (conflict.prior - conflict.truth).abs())).mean()
         assert r.estimate == pytest.approx(value(yes) - value(no), abs=1e-9) and r.contrast == "yes - no"
