@@ -135,7 +135,7 @@ def test_discernment_slopes_recovered(tmp_path):
     """The synthetic respondents' Design A process is the four-part model with raw-unit slopes; on
     the model's z-score scale the true slope is the raw slope times the predictor's SD."""
     url = f"sqlite:///{tmp_path / 'l2d.db'}"
-    design_l2d(ds.TrialDB(url).engine, seed=1, strategies=("zero-shot",), per_stratum=2, bank="demo")
+    design_l2d(ds.TrialDB(url).engine, seed=1, strategies=("zero-shot",), per_stratum=2, bank="demo", fictional_sources=True)
     _collect(url, "l2d")
     m = DiscernmentModel(ds.TrialDB(url).trials("l2d"))
     m.fit(**FIT)

@@ -208,7 +208,7 @@ def test_invalid_outputs_kept_and_counted(sqlite_url):
 
 def test_design_a_conversation_and_resume(sqlite_url):
     db = ds.TrialDB(sqlite_url)
-    design_l2d(db.engine, strategies=("zero-shot", "Reliability"), items=["demo-01", "demo-02"], bank="demo")
+    design_l2d(db.engine, strategies=("zero-shot", "Reliability"), items=["demo-01", "demo-02"], bank="demo", fictional_sources=True)
     spec = spec_from_dict({"name": "a", "design": "l2d", "llms": [{"name": "sim", "provider": "synthetic:source-sensitive"}]})
     r1 = collect(db, spec, progress=False, max_requests=10)
     assert r1.sent == 10
@@ -295,7 +295,7 @@ def test_worker_processes_share_one_plan(sqlite_url):
     """workers=2: two collector processes on one SQLite file; Design A posteriors whose prior the
     other process wrote are still collected, every trial answered once, by both processes."""
     db = ds.TrialDB(sqlite_url)
-    design_l2d(db.engine, strategies=("zero-shot", "Reliability"), items=["demo-01", "demo-02"], bank="demo")
+    design_l2d(db.engine, strategies=("zero-shot", "Reliability"), items=["demo-01", "demo-02"], bank="demo", fictional_sources=True)
     spec = spec_from_dict({"name": "a", "design": "l2d", "concurrency": 4, "workers": 2,
                            "llms": [{"name": "sim", "provider": "synthetic:source-sensitive",
                                      "extra": {"latency_ms": 300}}]})  # outlasts the worker start-up

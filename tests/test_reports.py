@@ -31,7 +31,7 @@ def small_demo(tmp_path_factory):
     url = f"sqlite:///{d / 'trials.db'}"
     db = ds.TrialDB(url)
     design_cue(db.engine, n_worlds=8, interventions=["C0", "C1", "C2", "C3", "C4"])
-    design_l2d(db.engine, strategies=("zero-shot", "Reliability"), items=[f"demo-{i:02d}" for i in range(1, 9)], bank="demo")
+    design_l2d(db.engine, strategies=("zero-shot", "Reliability"), items=[f"demo-{i:02d}" for i in range(1, 9)], bank="demo", fictional_sources=True)
     llms = [{"name": f"sim-{p}", "provider": f"synthetic:{p}"} for p in PROFILES]
     collect(db, spec_from_dict({"name": "c", "design": "cue", "interventions": ["C0", "C1", "C2", "C3", "C4"],
                                 "llms": llms, "concurrency": 32}), progress=False)
