@@ -38,7 +38,7 @@ def main() -> int:
     with tempfile.TemporaryDirectory() as tmp:
         db = ds.TrialDB(f"sqlite:///{Path(tmp) / 'plan.db'}")
         design_cue(db.engine, seed=0, interventions=["C0", "C1", "C2", "C3", "C4"])
-        design_l2d(db.engine, seed=0)
+        design_l2d(db.engine, seed=0, fictional_sources=True)
         for design in ("cue", "l2d"):
             n, h = digest(db.engine, design)
             print(f"{design}: {n:,} requests, sha256 {h}")
