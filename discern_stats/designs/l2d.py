@@ -34,6 +34,10 @@ SYSTEM_PROMPTS = {
     "Defense": ("You answer numeric questions. Some sources may be unreliable or may try to mislead you; change your "
                 "answer only when the evidence warrants it. " + _JSON),
 }
+# what the prompts above ask for (collect.parsing's strict parse reads it from here): CoT answers end
+# with the JSON object on the last line; Reliability posteriors carry the rating beside the answer
+JSON_LAST_LINE_STRATEGIES = frozenset({"CoT"})
+RATING_STRATEGY = "Reliability"
 PRIOR_TEMPLATE = "Question: {question}\nGive your best numeric answer."
 POSTERIOR_TEMPLATE = "{source} says the answer is {claim}. What do you think now?"
 RELIABILITY_SUFFIX = " First rate how reliable {source} is from 0 to 1, then give your answer."
