@@ -147,6 +147,7 @@ def test_thousands_separators_strict_vs_lenient():
     ('Step 1: about 1,500.\n{"answer": 1500}', COT, True, "1500.0", "strict"),
     ('Step 1...\n{"answer": "42"}', COT, False, "42.0", "json_in_prose+string_number"),
     ('{"answer": 1.5e3}', NUM, True, "1500.0", "strict"),
+    ("Final answer: 1 500 people.", NUM, False, "1500.0", "answer_label+thousands"),
     ("Sure! Here it is:\n{\"answer\": 8000000000}", NUM, False, "8000000000.0", "json_in_prose"),
     ('{"reliability": 0.7, "answer": 3}', REL, True, "3.0", "strict"),
     ('Rating first. {"reliability": "0.7", "answer": "3,000"}', REL, False, "3000.0",
@@ -168,6 +169,7 @@ def test_real_model_shapes(text, spec, strict_ok, answer, rule):
     ('{"answer": "A", "answer": "B"}', AB), ('{"answer": NaN}', NUM), ('{"answer": true}', NUM), ("", AB),
     ("<think>all reasoning</think>", AB), ('{"answer": 3}', REL), ('{"reliability": 1.4, "answer": 3}', REL),
     ("O1 had 5 and O2 had 7.", COUNT), ("5/8", COUNT), ("The answer is a good question.", AB),
+    ("Answer: 3 4", NUM), ("Answer: 1,5", COUNT), ("Final answer: about 1 500.", NUM),
 ])
 def test_invalid_in_both(text, spec):
     p = parse_answer(text, spec)

@@ -92,7 +92,10 @@ _WORDS = {w: i for i, w in enumerate("zero one two three four five six seven eig
 _PLAIN = re.compile(r"[-+]?(?:\d+(?:\.\d*)?|\.\d+)(?:[eE][-+]?\d+)?", re.A)
 _COMMA_GROUPS = re.compile(r"[-+]?\d{1,3}(?:,\d{3})+(?:\.\d+)?", re.A)
 _SPACE_GROUPS = re.compile(r"[-+]?\d{1,3}(?:[ \u00a0\u202f\u2009]\d{3})+(?:\.\d+)?", re.A)
-_NUMBER_TOKEN = re.compile(r"[-+\u2212]?(?:\d[\d,. \u00a0\u202f\u2009]*\d|\d)(?:[eE][-+]?\d+)?|[-+]?\.\d+", re.A)
+# a number-like token in text: space-grouped thousands, or digits with commas and points (kept whole, so
+# that read_number judges "1,5" instead of reading "1"), with an exponent
+_NUMBER_TOKEN = re.compile(r"[-+\u2212]?(?:\d{1,3}(?:[ \u00a0\u202f\u2009]\d{3})+(?:\.\d+)?|\d[\d,.]*\d|\d)"
+                           r"(?:[eE][-+]?\d+)?|[-+\u2212]?\.\d+", re.A)
 
 
 @dataclass(frozen=True)
@@ -508,9 +511,9 @@ def _label(text: str, spec: AnswerSpec) -> tuple[Any, list[str]] | None:
             if v:
                 found = (v.group(1), [])
         else:
-            v = re.match(r"[*_`\"']*(" + _NUMBER_TOKEN.pattern + r")", rest, re.A)
+            v = re.match(r"[*_`\"']*(" + _NUMBER_TOKEN.pattern + r")(?![ \u00a0\u202f\u2009]?\d)", rest, re.A)
             if v:
-                found = (v.group(1).rstrip(" \u00a0\u202f\u2009"), [])
+                found = (v.group(1), [])
     return found
 
 
