@@ -382,6 +382,12 @@ def test_collector_stores_both_parses_and_the_finish_reason(sqlite_url, http_cli
     n_strict = sum(shapes[record[json.loads(r["req_messages"])[-1]["content"]]][2] for r in rows)
     n_lenient = sum(shapes[record[json.loads(r["req_messages"])[-1]["content"]]][3] for r in rows)
     assert (info["valid"], info["lenient_valid"]) == (n_strict, n_lenient) and n_strict < n_lenient < 96
+    from typer.testing import CliRunner
+
+    from discern_stats.cli import app
+    out = json.loads(CliRunner().invoke(app, ["db", "info", "--db", sqlite_url, "--json"]).output)["per_llm"][0]
+    assert (out["valid"], out["lenient_valid"]) == (n_strict, n_lenient)
+    assert out["lenient_validity_rate"] == pytest.approx(n_lenient / 96)
     # structured output went out on the letter probes only, with the letters each request shows
     for b in bodies:
         rf = b.get("response_format")
