@@ -57,6 +57,7 @@ filter (``content_filter``, ``refusal``) likewise. A letter that is not among th
 
 from __future__ import annotations
 
+import functools
 import json
 import math
 import re
@@ -86,6 +87,7 @@ _REASONING_LABEL = re.compile(r"^\s*(?:[*_#]+\s*)?(reasoning|thinking|thoughts?|
 _ANSWER_LINE = re.compile(r"^\s*(?:[*_#]+\s*)?(?:final\s+)?answer\b", re.I)
 _LABEL = re.compile(r"(?:\b(?:final\s+|correct\s+)?answer\b[*_]*\s*(?:is\b\s*:?|[:=\-\u2013])\s*[*_]*\s*"
                     r"(?:option\s+|choice\s+)?|\\boxed\{)", re.I)
+_STRICT_LETTER = re.compile(r'\{[ \t\n\r]*"answer"[ \t\n\r]*:[ \t\n\r]*"([A-Z])"[ \t\n\r]*\}')
 _WORDS = {w: i for i, w in enumerate("zero one two three four five six seven eight nine ten".split())}
 
 # numbers written as text (lenient): plain, comma-grouped thousands, space-grouped thousands
@@ -158,23 +160,38 @@ class TrialParse:
 # ------------------------------------------------------------------ the request's format
 def answer_spec(answer_format: str, *, options_json: str | None = None, messages_json: str | None = None,
                 strategy: str | None = None, stage: str | None = None) -> AnswerSpec:
-    """The format a planned request asks for. The option letters are those the model was shown (the
-    lettered lines ending the last user message), else the keys of ``options_json``, else A-D."""
-    from ..designs.l2d import JSON_LAST_LINE_STRATEGIES, RATING_STRATEGY
+    """The format a planned request asks for. The option letters are the keys of ``options_json`` (the
+    letter -> state map of P1/P4), else the lettered lines ending the last user message (P2, P3c),
+    else A-D; they are the letters the model was shown (tests/test_parsing.py checks every planned request)."""
     if answer_format == "letter":
-        return AnswerSpec("letter", letters=_shown_letters(messages_json) or _option_keys(options_json) or "ABCD")
+        return AnswerSpec("letter", letters=_letters(_options(options_json), messages_json))
     if answer_format == "integer":
         return AnswerSpec("integer")
-    return AnswerSpec(answer_format, json_last_line=strategy in JSON_LAST_LINE_STRATEGIES,
-                      want_reliability=strategy == RATING_STRATEGY and stage == "posterior")
+    last_line, rating = _l2d_formats()
+    return AnswerSpec(answer_format, json_last_line=strategy in last_line,
+                      want_reliability=strategy == rating and stage == "posterior")
 
 
-def _option_keys(options_json: str | None) -> str:
+@functools.cache
+def _l2d_formats() -> tuple[frozenset[str], str]:
+    from ..designs.l2d import JSON_LAST_LINE_STRATEGIES, RATING_STRATEGY
+    return JSON_LAST_LINE_STRATEGIES, RATING_STRATEGY
+
+
+def _letters(options: dict[str, str], messages_json: str | None) -> str:
+    return "".join(options) or _shown_letters(messages_json) or "ABCD"
+
+
+def _options(options_json: str | None) -> dict[str, str]:
+    """The letter -> state map of a request (P1/P4); {} where it has none (P2, P3c, integers, Design A)."""
+    if not options_json or options_json == "{}":
+        return {}
     try:
-        opts = json.loads(options_json or "{}")
+        opts = json.loads(options_json)
     except json.JSONDecodeError:
-        return ""
-    return "".join(k for k in opts if isinstance(k, str) and len(k) == 1 and k.isupper()) if isinstance(opts, dict) else ""
+        return {}
+    return ({k: v for k, v in opts.items() if isinstance(k, str) and len(k) == 1 and k.isupper()}
+            if isinstance(opts, dict) else {})
 
 
 def _shown_letters(messages_json: str | None) -> str:
@@ -205,8 +222,12 @@ def finish_reason(message: Any) -> str | None:
 def strip_reasoning(text: str) -> tuple[str, list[str], str | None]:
     """``(answer text, blocks removed, error)``: the text without its reasoning blocks; ``error``
     when a block is opened and never closed (the answer is missing or inside the reasoning)."""
-    t = (text or "").translate(_INVISIBLE)
+    t = text or ""
+    if not t.isascii():
+        t = t.translate(_INVISIBLE)
     removed: list[str] = []
+    if "<" not in t:  # no tag of any kind: nothing to remove (most answers)
+        return t, removed, None
     if "<|channel|>" in t:  # gpt-oss harmony format served raw
         finals = list(_HARMONY_FINAL.finditer(t))
         if finals:
@@ -276,6 +297,14 @@ def parse_strict(text: str, spec: AnswerSpec) -> ParsedAnswer:
             return ParsedAnswer(False, error=f"integer {v} outside {spec.lo}..{spec.hi}", rule=prefix + "integer")
         return ParsedAnswer(True, answer=str(v), value=float(v), rule=prefix + "integer")
     rule = prefix + "json_object"
+    if spec.kind == "letter":  # the common case at once: exactly {"answer": "X"} (JSON whitespace allowed)
+        m = _STRICT_LETTER.fullmatch(body)
+        if m:
+            a = m.group(1)
+            if a not in spec.letters:
+                return ParsedAnswer(False, error=f"answer {a!r} is not one of the options {', '.join(spec.letters)}",
+                                    rule=rule)
+            return ParsedAnswer(True, answer=a, rule=rule)
     if spec.kind == "number" and spec.json_last_line:
         body = body.splitlines()[-1].strip()
         rule = prefix + "json_last_line"
@@ -536,7 +565,7 @@ def _drop_reasoning_label(body: str) -> tuple[str, bool]:
 def parse_lenient(text: str, spec: AnswerSpec, strict: ParsedAnswer | None = None) -> ParsedAnswer:
     strict = strict if strict is not None else parse_strict(text, spec)
     if strict.valid:
-        return replace(strict, rule="strict")
+        return ParsedAnswer(True, strict.answer, strict.value, strict.rated_reliability, rule="strict")
     body, removed, err = strip_reasoning(text)
     if err:
         return ParsedAnswer(False, error=err)
@@ -604,14 +633,17 @@ def trial_fields(job: dict[str, Any], raw: str, finish_reason: str | None = None
     ``valid`` is the headline (strict) parse; ``answer``, ``value``, ``rated_reliability``, ``choice``
     and ``correct`` hold the answer recovered (the strict one, else the lenient one), so the same
     columns serve an analysis under either parse (filter on ``valid`` or on ``lenient_valid``)."""
-    spec = answer_spec(job["answer_format"], options_json=job.get("options_json"),
-                       messages_json=job.get("messages_json"), strategy=job.get("strategy"), stage=job.get("stage"))
+    fmt = job["answer_format"]
+    opts = _options(job.get("options_json")) if fmt == "letter" else {}
+    if fmt == "letter":
+        spec = AnswerSpec("letter", letters=_letters(opts, job.get("messages_json")))
+    else:
+        spec = answer_spec(fmt, strategy=job.get("strategy"), stage=job.get("stage"))
     tp = parse_answer(raw, spec, finish_reason=finish_reason)
     rec = tp.recovered
     choice = correct = None
     if rec is not None and spec.kind == "letter":
-        opts = json.loads(job.get("options_json") or "{}")
-        choice = opts.get(rec.answer) if isinstance(opts, dict) else None
+        choice = opts.get(rec.answer)
     if rec is not None and job.get("gold") is not None:
         correct = rec.answer == job["gold"]
     return {"status": tp.status(raw), "valid": tp.headline.valid, "answer": rec.answer if rec else None,
