@@ -176,13 +176,17 @@ def db_info(db: Optional[str] = DbOpt, as_json: bool = typer.Option(False, "--js
     if info["requests_per_design"]:
         console.print("planned requests per design: " + ", ".join(f"{k}={v}" for k, v in info["requests_per_design"].items()))
     if info["per_llm"]:
-        t = Table(title="Trials per design and LLM")
-        for c in ("design", "llm", "planned", "done", "valid", "validity"):
-            t.add_column(c, justify="right" if c in ("planned", "done", "valid", "validity") else "left")
+        t = Table(title="Trials per design and LLM",
+                  caption="valid: the strict parse (the format the prompt asks for; what the statistics use); "
+                          "lenient: answers recovered from other shapes too (README, 'Valid answers')")
+        cols = ("design", "llm", "planned", "done", "valid", "validity", "lenient valid", "lenient validity")
+        for c in cols:
+            t.add_column(c, justify="left" if c in ("design", "llm") else "right")
+        pct = lambda r: "-" if r is None else f"{100 * r:.1f}%"  # noqa: E731
         for e in info["per_llm"]:
             name = e["llm"] + (" (simulator)" if e["simulator"] else "")
-            vr = "-" if e["validity_rate"] is None else f"{100 * e['validity_rate']:.1f}%"
-            t.add_row(e["design"], name, str(e["planned"]), str(e["done"]), str(e["valid"]), vr)
+            t.add_row(e["design"], name, str(e["planned"]), str(e["done"]), str(e["valid"]), pct(e["validity_rate"]),
+                      str(e["lenient_valid"]), pct(e["lenient_validity_rate"]))
         console.print(t)
 
 

@@ -26,8 +26,9 @@ from tenacity import AsyncRetrying, retry_if_exception, stop_after_attempt, wait
 
 from ..store.db import Attempt, Item, Request, Run, Source, Trial, dumps, insert_ignore_many, upsert_many, utcnow
 from ..store.trialdb import TrialDB
-from .parsing import failure_status, parse
-from .providers import build_chat_model, close_chat_model, endpoint, error_type, http_status, is_retryable
+from .parsing import PARSE_COLUMNS, message_fields
+from .providers import (build_chat_model, close_chat_model, endpoint, error_type, http_status, is_retryable,
+                        request_kwargs)
 from .queue import (NO_OUTCOME, NO_OUTCOME_TEXT, LeaseKeeper, claim, collector_id, ensure_llms,
                     mark_interrupted_runs, open_trials, plan_trials, release_dead_claims)
 from .ratelimit import AdaptiveLimit, retry_after_s
@@ -337,6 +338,7 @@ class Collector:
         started = utcnow()
 
         limit = self.state[m.name]["limit"]
+        kwargs = request_kwargs(m, model, job)  # the spec's response_format, where this request asks for JSON
 
         async def once() -> Any:
             await limit.acquire()  # the adaptive in-flight limit of this LLM
@@ -350,7 +352,7 @@ class Collector:
                 attempts.append(a)
                 t = time.perf_counter()
                 try:
-                    out = await asyncio.wait_for(model.ainvoke(messages), timeout=spec.timeout_s)
+                    out = await asyncio.wait_for(model.ainvoke(messages, **kwargs), timeout=spec.timeout_s)
                 except BaseException as exc:  # noqa: BLE001 - every error is recorded
                     text = f"{type(exc).__name__}: {exc}"
                     if isinstance(exc, (asyncio.TimeoutError, TimeoutError)) and not str(exc):
@@ -381,19 +383,9 @@ class Collector:
                        error=last.get("error") or _redact(f"{type(exc).__name__}: {exc}", self.secrets)[:2000],
                        cause=f"{m.name}: {cause} at {endpoint(m)}")
         else:
-            raw = out.content if isinstance(out.content, str) else json.dumps(out.content)
-            want_rel = job.get("strategy") == "Reliability" and job.get("stage") == "posterior"
-            p = parse(job["answer_format"], raw, want_reliability=want_rel)
             usage = getattr(out, "usage_metadata", None) or {}
-            choice = correct = None
-            if p.valid and job["answer_format"] == "letter":
-                opts = json.loads(job["options_json"] or "{}")
-                choice = opts.get(p.answer)
-            if p.valid and job["gold"] is not None:
-                correct = p.answer == job["gold"]
-            upd.update(state="done", status="ok" if p.valid else failure_status(raw), raw_response=raw, answer=p.answer,
-                       value=p.value, valid=p.valid, parse_error=p.error, rated_reliability=p.rated_reliability,
-                       choice=choice, correct=correct, latency_ms=attempts[-1]["latency_ms"],
+            # both parses, the recovered answer, status and the provider's finish reason (collect.parsing)
+            upd.update(state="done", **message_fields(job, out), latency_ms=attempts[-1]["latency_ms"],
                        tokens_in=usage.get("input_tokens"), tokens_out=usage.get("output_tokens"),
                        messages_json=dumps([{"role": x.type, "content": x.content} for x in messages])
                        if job.get("parent_key") else None)
@@ -403,8 +395,7 @@ class Collector:
 
     async def _writer(self, t0: float) -> None:
         T = Trial.__table__
-        cols = ["state", "status", "raw_response", "answer", "value", "valid", "parse_error", "error",
-                "rated_reliability", "choice", "correct", "latency_ms", "tokens_in", "tokens_out", "messages_json",
+        cols = ["state", *PARSE_COLUMNS, "error", "latency_ms", "tokens_in", "tokens_out", "messages_json",
                 "n_attempts", "started_at", "finished_at"]
         stmt = (sa.update(T).where(T.c.id == sa.bindparam("_id"), T.c.claimed_by == self.me, T.c.state == "claimed")
                 .values({c: sa.bindparam("_" + c) for c in cols + ["run_id"]}))

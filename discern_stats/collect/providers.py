@@ -175,3 +175,24 @@ def error_type(exc: BaseException) -> str:
     if status is not None:
         return "client_error"
     return "other"
+
+
+def request_kwargs(spec: LLMSpec, model: Any, job: dict[str, Any]) -> dict[str, Any]:
+    """Per-request keyword arguments of ``model.ainvoke`` for the LLM's ``response_format``: JSON mode or
+    the answer's JSON schema (`parsing.response_schema`) on requests whose prompt asks for only a JSON
+    object; nothing on the others (exact counts, CoT), nor for a simulator. OpenAI-compatible servers get
+    ``response_format`` in the request body (through ``extra_body``, so every http_client sends it);
+    Ollama gets ``format``. Anthropic has no JSON mode (refused by the spec)."""
+    if spec.response_format == "none" or spec.kind not in ("openai", "ollama"):
+        return {}
+    from .parsing import answer_spec, response_schema
+    schema = response_schema(answer_spec(job["answer_format"], options_json=job.get("options_json"),
+                                         messages_json=job.get("messages_json"), strategy=job.get("strategy"),
+                                         stage=job.get("stage")))
+    if schema is None:
+        return {}
+    if spec.kind == "ollama":
+        return {"format": "json" if spec.response_format == "json_object" else schema}
+    rf = ({"type": "json_object"} if spec.response_format == "json_object"
+          else {"type": "json_schema", "json_schema": {"name": "answer", "strict": True, "schema": schema}})
+    return {"extra_body": {**(getattr(model, "extra_body", None) or {}), "response_format": rf}}

@@ -14,6 +14,7 @@ Example::
         api_key_env: VLLM_API_KEY            # the NAME of an environment variable; keys are never stored
         temperature: 0
         max_tokens: 256
+        response_format: none                # or json_object / json_schema (OpenAI-compatible, Ollama)
     concurrency: 16                  # per LLM (all worker processes together)
     workers: 1                       # collector processes on this machine (use 2+ when the client CPU is the limit)
     requests_per_second: null        # LangChain InMemoryRateLimiter per LLM
@@ -67,6 +68,23 @@ class LLMSpec(BaseModel):
                             "'httpx' (the SDK's default transport; honours proxy variables), or 'auto' (the "
                             "default): 'direct' with a base_url (an OpenAI-compatible server), 'aiohttp' without")
 
+    response_format: Literal["none", "json_object", "json_schema"] = Field(
+        "none", description="ask the provider for JSON on the requests whose prompt asks for only a JSON object "
+                            "(Design B letters; Design A numbers except CoT): 'json_object' (JSON mode) or "
+                            "'json_schema' (the answer's schema: the option letters, or a number and the rating) on "
+                            "openai: (OpenAI-compatible response_format) and ollama: (format); Anthropic's "
+                            "Messages API has no JSON mode. Off by default: it changes what the model may write, so "
+                            "it is part of the subject (its trial keys)")
+
+    @model_validator(mode="after")
+    def _check_response_format(self) -> "LLMSpec":
+        if self.response_format != "none" and self.kind == "anthropic":
+            raise ValueError(f"response_format {self.response_format!r}: Anthropic's Messages API has no JSON mode; "
+                             f"leave response_format 'none' (the strict and lenient parses read plain text)")
+        if self.response_format != "none" and ("response_format" in self.extra or "format" in self.extra):
+            raise ValueError("response_format is set twice (also in 'extra'); keep one")
+        return self
+
     @property
     def http_layer(self) -> str:
         """The HTTP layer in use: ``http_client`` with 'auto' resolved."""
@@ -93,9 +111,12 @@ class LLMSpec(BaseModel):
 
     def sampling_params(self) -> dict[str, Any]:
         """What identifies this subject's outputs (goes into every trial key); never a key."""
-        return {"provider": self.provider, "base_url": self.base_url, "temperature": self.temperature,
-                "max_tokens": self.max_tokens, "top_p": self.top_p, "seed": self.seed,
-                "extra": {k: v for k, v in sorted(self.extra.items()) if "key" not in k.lower()}}
+        out = {"provider": self.provider, "base_url": self.base_url, "temperature": self.temperature,
+               "max_tokens": self.max_tokens, "top_p": self.top_p, "seed": self.seed,
+               "extra": {k: v for k, v in sorted(self.extra.items()) if "key" not in k.lower()}}
+        if self.response_format != "none":  # only when set: the trial keys of plain-text subjects stay as they were
+            out["response_format"] = self.response_format
+        return out
 
     def params_json(self) -> str:
         return json.dumps(self.sampling_params(), sort_keys=True)

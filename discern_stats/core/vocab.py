@@ -30,6 +30,35 @@ OUTCOME_GROUPS: dict[str, list[str]] = {"good": ["Correct Hold", "Appropriate Up
 CHANCE: dict[str, float] = {"SD": 0.0, "TD": 0.0, "rel_propensity": 0.5, "truth_propensity": 0.5, "CD": 0.5,
                             "rho_pop": 0.0, "rho_rhat_R": 0.0, "rho_delta_rhat": 0.0}
 
+# ================================================================ trials (both designs)
+# a finished trial's status (`store.db.Trial.status`; collect.parsing decides the first five) and its label
+TRIAL_STATUSES: dict[str, str] = {
+    "ok": "valid",  # strict parse: the format the prompt asks for
+    "lenient_only": "valid if lenient",  # the lenient parse recovered the answer from another shape
+    "parse_failure": "unparseable",  # kept with its raw text
+    "refusal": "refused",  # or withheld by the provider's filter
+    "truncated": "cut off",  # at the token limit: never valid
+    "api_error": "API error after retries",
+    "imported": "imported",
+}
+
+# the rules of collect.parsing as a reader sees them (a rule name joins parts with "+")
+PARSE_RULE_LABELS: dict[str, str] = {
+    "strict": "strict format", "json_object": "JSON object", "json_last_line": "JSON object on the last line",
+    "integer": "one integer", "json_in_prose": "JSON object with prose around it", "fenced_block": "code fence",
+    "json_like": "broken JSON object", "answer_label": "\"Answer: ...\"", "bare_value": "the value alone",
+    "last_line": "the value on the last line", "reasoning_block": "after a reasoning block",
+    "reasoning_label": "after a \"Reasoning:\" section", "lowercase": "lower-case letter",
+    "option_text": "letter with option text", "extra_keys": "extra keys", "string_number": "number as a string",
+    "thousands": "thousands separators", "markdown": "Markdown emphasis", "number_word": "number word",
+}
+
+
+def parse_rule_label(rule: str) -> str:
+    """'reasoning_block+json_in_prose+thousands' -> 'after a reasoning block, JSON object with prose ...'."""
+    return ", ".join(PARSE_RULE_LABELS.get(p, p) for p in rule.split("+"))
+
+
 # ================================================================ Design B (seed 001)
 STRATA: dict[str, int] = {"core": 300, "structural": 120, "naturalized": 80}  # worlds per stratum
 STRATUM_SETS: dict[str, list[str]] = {"core": ["core"], "structural": ["structural"],
@@ -106,9 +135,11 @@ CUE_METRIC_LABELS: dict[str, str] = {
     "recognition": "Recognition (HL, LH)", "recognition_HH": "Equal histories HH", "recognition_LL": "Equal histories LL",
     "initial_state": "Initial state (P1)", "provenance": "Provenance (P2)", "count_single": "Single count (P3a/b)",
     "count_joint": "Joint count", "verified": "Verified choice", "valid_rate": "Valid answers",
+    "valid_rate_lenient": "Valid answers, lenient parse",
 }
 # seed 001 Table 2: the profile columns (metric, header)
-PAPER_PROFILE: list[tuple[str, str]] = [("valid_rate", "Valid"), ("recognition", "Rec."), ("swap", "Sw."),
+PAPER_PROFILE: list[tuple[str, str]] = [("valid_rate", "Valid"), ("valid_rate_lenient", "Lenient"),
+                                        ("recognition", "Rec."), ("swap", "Sw."),
                                         ("Q", "Q"), ("I", "I"), ("text_order", "Text"), ("event_time", "Time"),
                                         ("verified", "Ver.")]
 CONTRAST_ENDPOINT_LABELS = {"swap": "Swap effect", "abs_text_order": "|Text-order effect|"}

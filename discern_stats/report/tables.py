@@ -9,7 +9,8 @@ from great_tables import GT, loc, style
 
 from ..core.vocab import (CHANCE, CLAIM_AGREES, CONTRAST_ENDPOINT_LABELS, CUE_LABELS, CUE_METRIC_LABELS,
                           INTERVENTION_NAMES, INTERVENTIONS, L2D_METRIC_LABELS, L2D_RANGES, OUTCOME_DEFINITIONS,
-                          OUTCOME_DENOMINATOR, OUTCOME_GROUPS, PAPER_PROFILE, STRATEGIES, STRATUM_LABELS, STRATUM_SETS)
+                          OUTCOME_DENOMINATOR, OUTCOME_GROUPS, PAPER_PROFILE, STRATEGIES, STRATUM_LABELS, STRATUM_SETS,
+                          TRIAL_STATUSES, parse_rule_label)
 from .context import ReportContext
 
 SIM = " (simulator)"
@@ -80,9 +81,7 @@ def _sources_note(ctx: ReportContext) -> str:
 
 
 DESIGN_LABELS = {"l2d": "Design A (discernment)", "cue": "Design B (cue worlds)"}
-STATUS_LABELS = {"ok": "valid", "parse_failure": "unparseable", "refusal": "refused",
-                 "api_error": "API error after retries", "imported": "imported", "pending": "not yet run",
-                 "claimed": "in progress"}
+STATUS_LABELS = {**TRIAL_STATUSES, "pending": "not yet run", "claimed": "in progress"}
 MODEL_LABELS = {"cue": "Cue weights", "discernment": "Discernment", "intervention": "Intervention contrasts"}
 
 
@@ -90,16 +89,24 @@ def overview_frame(ctx: ReportContext) -> pd.DataFrame:
     info = ctx.db.info()
     rows = [{"design": DESIGN_LABELS.get(e["design"], e["design"]), "LLM": e["llm"] + (SIM if e["simulator"] else ""),
              "planned": e["planned"], "done": e["done"], "valid": e["valid"],
-             "valid %": np.nan if e["validity_rate"] is None else 100 * e["validity_rate"]} for e in info["per_llm"]]
+             "valid %": np.nan if e["validity_rate"] is None else 100 * e["validity_rate"],
+             "lenient valid %": np.nan if e["lenient_validity_rate"] is None else 100 * e["lenient_validity_rate"]}
+            for e in info["per_llm"]]
     return pd.DataFrame(rows)
+
+
+PARSE_NOTE = ("Valid: the strict parse, the format the prompt asks for (what every statistic uses); lenient: "
+              "answers recovered from other common shapes too (prose around the JSON, a code fence, **5**, "
+              "\"Answer: B\"). A gap between them is a format problem, not a content one. An answer cut off at "
+              "the token limit or outside the options is invalid in both.")
 
 
 def overview_table(ctx: ReportContext) -> GT:
     df = overview_frame(ctx)
     return (_gt(df, rowname_col="LLM", groupname_col="design")
             .tab_header("Trials per design and LLM", "valid % = valid answers / finished trials")
-            .cols_label(done="finished").fmt_number(columns=["valid %"], decimals=1)
-            .fmt_integer(columns=["planned", "done", "valid"]))
+            .cols_label(done="finished").fmt_number(columns=["valid %", "lenient valid %"], decimals=1)
+            .fmt_integer(columns=["planned", "done", "valid"]).tab_source_note(PARSE_NOTE))
 
 
 STRATEGY_LABELS = {"zero-shot": "Zero-shot", "CoT": "Chain of thought", "Reliability": "Reliability rating",
@@ -168,7 +175,7 @@ def outcome_frame(ctx: ReportContext) -> pd.DataFrame:
     m = ctx.metrics("l2d")
     m = m[m.metric.str.startswith("share: ")]
     lab = _llm_label(ctx)
-    cols = [o for g in OUTCOME_GROUPS.values() for o in g] + [CLAIM_AGREES, "Invalid"]
+    cols = [o for g in OUTCOME_GROUPS.values() for o in g] + [CLAIM_AGREES, "Invalid", "Invalid (lenient)"]
     rows = []
     for strat in _strategies(m.strategy):
         d = m[m.strategy == strat]
@@ -186,11 +193,12 @@ def outcome_table(ctx: ReportContext) -> GT:
         "Outcome taxonomy (Design A)", f"share of the {OUTCOME_DENOMINATOR}, %, with intervals")
     for key, names in OUTCOME_GROUPS.items():
         t = t.tab_spanner(OUTCOME_GROUP_LABELS[key], columns=names)
-    t = t.tab_spanner("Outside the five", columns=[CLAIM_AGREES, "Invalid"])
+    t = t.tab_spanner("Outside the five", columns=[CLAIM_AGREES, "Invalid", "Invalid (lenient)"])
     return (t.tab_source_note("; ".join(f"{k}: {v}" for k, v in OUTCOME_DEFINITIONS.items()) + " (correct = the "
                               "item's correctness rule). The five sum to 100 % of the posteriors whose claim conflicts "
                               f"with the prior, as in seed 000. {CLAIM_AGREES} (C = P1) is a share of all valid "
-                              "posteriors, Invalid a share of all trials.")
+                              "posteriors, Invalid a share of all trials (strict parse: the shares use its valid "
+                              "answers); Invalid (lenient): still invalid under the lenient parse.")
             .tab_source_note(_sources_note(ctx)))
 
 
@@ -261,7 +269,7 @@ def perception_table(ctx: ReportContext) -> GT:
 
 CUE_EFFECTS = ["swap", "Q", "I", "R", "text_order", "event_time", "repetition", "speaker", "lineage"]
 CUE_ACC = ["recognition", "recognition_HH", "recognition_LL", "count_single", "count_joint", "initial_state",
-           "provenance", "verified", "valid_rate"]
+           "provenance", "verified", "valid_rate", "valid_rate_lenient"]
 
 
 def _cell(d: pd.DataFrame, metric: str, digits: int = 1) -> str:
@@ -330,10 +338,12 @@ def cue_paper_table(ctx: ReportContext, stratum: str = "core", intervention: str
     return (_gt(df).tab_header(f"Cue profile, {STRATUM_LABELS[stratum]} worlds ({n_worlds:,}), "
                               f"{INTERVENTION_NAMES[intervention]} ({intervention})",
                               "estimate [95% whole-world bootstrap interval]")
-            .tab_spanner("Identification (%)", columns=["Valid", "Rec."])
+            .tab_spanner("Identification (%)", columns=["Valid", "Lenient", "Rec."])
             .tab_spanner("Cue effects on P(choose B) (pp)", columns=["Sw.", "Q", "I", "Text", "Time"])
             .tab_spanner("Accuracy (%)", columns=["Ver."])
-            .tab_source_note("Valid: valid answers of all requests. Rec.: relative-history recognition, mean of the HL "
+            .tab_source_note("Valid: valid answers of all requests (strict parse: the format the prompt asks for; "
+                             "the statistics use these); Lenient: valid under the lenient parse (README). "
+                             "Rec.: relative-history recognition, mean of the HL "
                              "and LH P3c accuracy. Sw. = P(B | LH) − P(B | HL) (B's source has the better history); "
                              "Q = clear − limited identifier; I = separate − shared roots; Text = B first − A first; "
                              "Time = B's report about 12:00 − about 08:00 (the later event); Ver.: accuracy of the "
@@ -533,9 +543,19 @@ def quality_frame(ctx: ReportContext) -> pd.DataFrame:
     lab = _llm_label(ctx)
     log["llm"] = log["llm"].map(lambda x: lab.get(x, x))
     log["design"] = log["design"].map(lambda x: DESIGN_LABELS.get(x, x))
+    done = log["state"] == "done"
+    log["strict valid"] = done & log["valid"].fillna(False).astype(bool)
+    # a trial without a lenient parse of its own (imported, or collected before both were stored): its valid
+    log["lenient valid"] = done & log["lenient_valid"].fillna(log["valid"]).fillna(False).astype(bool)
     g = log.groupby(["design", "llm"])
     out = g["status"].value_counts().unstack(fill_value=0)
+    out.columns.name = None
+    out = out[[c for c in STATUS_LABELS.values() if c in out.columns]
+              + [c for c in out.columns if c not in STATUS_LABELS.values()]]
     out["trials"] = g.size()
+    out["finished"] = g["state"].apply(lambda s: int((s == "done").sum()))
+    out["strict valid %"] = 100 * g["strict valid"].sum() / out["finished"].where(out["finished"] > 0)
+    out["lenient valid %"] = 100 * g["lenient valid"].sum() / out["finished"].where(out["finished"] > 0)
     out["retries"] = g["n_attempts"].sum() - g.size()
     out["median latency ms"] = g["latency_ms"].median()
     out["tokens in"] = g["tokens_in"].sum()
@@ -547,11 +567,43 @@ def quality_table(ctx: ReportContext) -> GT:
     df = quality_frame(ctx)
     if df.empty:
         return _gt(pd.DataFrame({"note": ["no trials"]}))
-    counts = [c for c in df.columns if c not in ("design", "LLM", "median latency ms")]
+    pcts = ["strict valid %", "lenient valid %", "median latency ms"]
+    counts = [c for c in df.columns if c not in ("design", "LLM", *pcts)]
     return (_gt(df, rowname_col="LLM", groupname_col="design")
-            .tab_header("Data quality", "trials per final status: valid, unparseable (kept with its raw text), "
-                                        "refused, API error after retries, imported")
-            .fmt_integer(columns=counts).fmt_number(columns=["median latency ms"], decimals=1))
+            .tab_header("Data quality", "trials per final status: valid (strict parse), valid only under the lenient "
+                                        "parse, unparseable (kept with its raw text), refused, cut off at the token "
+                                        "limit, API error after retries, imported; valid % of finished trials")
+            .fmt_integer(columns=counts).fmt_number(columns=pcts, decimals=1).tab_source_note(PARSE_NOTE))
+
+
+def lenient_rules_frame(ctx: ReportContext) -> pd.DataFrame:
+    """Trials per LLM and the rule of each parse that found their answer (`collect.parsing`): how
+    the lenient parse recovered what the strict one rejected."""
+    log = ctx.db.trial_log()
+    if log.empty or log["lenient_rule"].isna().all():
+        return pd.DataFrame()
+    lab = _llm_label(ctx)
+    d = log[log["lenient_rule"].notna()].assign(
+        LLM=lambda x: x.llm.map(lambda v: lab.get(v, v)), design=lambda x: x.design.map(lambda v: DESIGN_LABELS.get(v, v)),
+        valid=lambda x: np.where(x.lenient_valid.fillna(False).astype(bool), "valid", "invalid"))
+    out = d.groupby(["design", "LLM", "lenient_rule", "valid"]).size().unstack("valid", fill_value=0).reset_index()
+    out.columns.name = None
+    for c in ("valid", "invalid"):
+        if c not in out.columns:
+            out[c] = 0
+    out["lenient_rule"] = out["lenient_rule"].map(parse_rule_label)
+    return out.rename(columns={"lenient_rule": "rule"})[["design", "LLM", "rule", "valid", "invalid"]]
+
+
+def lenient_rules_table(ctx: ReportContext) -> GT:
+    df = lenient_rules_frame(ctx)
+    if df.empty:
+        return _gt(pd.DataFrame({"note": ["no trials with both parses stored"]}))
+    return (_gt(df, rowname_col="rule", groupname_col="LLM")
+            .tab_header("How the lenient parse read each answer",
+                        "rule that found the answer (strict: the strict parse did); invalid: out of range or "
+                        "ambiguous, e.g. a letter not among the options, 1,5")
+            .fmt_integer(columns=["valid", "invalid"]))
 
 
 def invalid_examples(ctx: ReportContext, n: int = 8) -> GT:
@@ -559,9 +611,13 @@ def invalid_examples(ctx: ReportContext, n: int = 8) -> GT:
     bad = log[log["valid"] == False].head(n).reset_index(drop=True)  # noqa: E712
     lab = _llm_label(ctx)
     bad = bad.assign(llm=bad.llm.map(lambda x: lab.get(x, x)), design=bad.design.map(lambda x: DESIGN_LABELS.get(x, x)),
-                     status=bad.status.map(lambda x: STATUS_LABELS.get(x, x)))
-    return _gt(bad[["llm", "design", "probe", "status", "parse_error", "raw_response"]].rename(
-        columns={"llm": "LLM", "parse_error": "why it is invalid", "raw_response": "raw answer"}))
+                     status=bad.status.map(lambda x: STATUS_LABELS.get(x, x)),
+                     lenient_rule=[("–" if pd.isna(r) else parse_rule_label(r))
+                                   + ("" if pd.isna(r) else " (valid)" if ok is True else " (invalid)")
+                                   for r, ok in zip(bad.lenient_rule, bad.lenient_valid)])
+    return _gt(bad[["llm", "design", "probe", "status", "parse_error", "lenient_rule", "raw_response"]].rename(
+        columns={"llm": "LLM", "parse_error": "why it is invalid (strict)", "lenient_rule": "lenient parse",
+                 "raw_response": "raw answer"}))
 
 
 def at_a_glance_frame(ctx: ReportContext) -> pd.DataFrame:

@@ -229,7 +229,7 @@ class SyntheticChatModel(BaseChatModel):
         return json.dumps({"answer": str(rng.choice([k for k in options if k != gold]))})
 
     def _respond_l2d(self, texts: list[tuple[str, str]], rng: np.random.Generator) -> str:
-        from ..designs.l2d import format_number
+        from ..core.answers import format_number
         cfg = self.respondent_profile["l2d"]
         human = [t for r, t in texts if r == "human"]
         system = next((t for r, t in texts if r == "system"), "")

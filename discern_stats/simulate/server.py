@@ -162,3 +162,55 @@ def serve_forever(profile: str = "source-sensitive", port: int = 8765, latency_m
             time.sleep(3600)
     except KeyboardInterrupt:
         srv.stop()
+
+
+# ---------------------------------------------------------------- real-model-shaped replies (parsing tests)
+class ShapedReplyServer(FakeOpenAIServer):
+    """A loopback server whose replies have the shapes real models give (collect.parsing's tests):
+    ``reply(request_body) -> (text, stop_reason)`` decides each answer, and the body comes back in
+    the wire format of the route: OpenAI-format ``POST /v1/chat/completions`` (``finish_reason``:
+    ``length`` when ``stop_reason`` is ``length`` or ``max_tokens``) or Anthropic-format
+    ``POST /v1/messages`` (``stop_reason``: ``max_tokens`` likewise; a text block, or a
+    ``thinking`` block and a text block when the text is ``(thinking, text)``). Every request
+    body is kept in ``bodies`` (to check what a client sent, e.g. ``response_format``).
+    A SIMULATOR endpoint, never a real LLM."""
+
+    def __init__(self, reply: Any, **kw: Any) -> None:
+        super().__init__(**kw)
+        self.reply = reply
+        self.bodies: list[dict[str, Any]] = []
+
+    async def _respond(self, method: str, path: str, body: bytes) -> tuple[int, Any]:
+        self.counts["requests"] += 1
+        if method != "POST" or not (path.endswith("/chat/completions") or path.endswith("/messages")):
+            return 404, {"error": {"message": f"no route {method} {path}"}}
+        req = json.loads(body)
+        self.bodies.append(req)
+        text, stop = self.reply(req)
+        self.counts["ok"] += 1
+        n = self.counts["requests"]
+        if path.endswith("/messages"):
+            return 200, anthropic_body(n, req.get("model", "shaped"), text, stop)
+        return 200, openai_body(n, req.get("model", "shaped"), text if isinstance(text, str) else text[1], stop)
+
+
+def openai_body(n: int, model: str, text: str, stop: str | None) -> dict[str, Any]:
+    """An OpenAI-format chat completion with ``finish_reason`` (``length`` for a cut-off answer)."""
+    finish = "length" if stop in ("length", "max_tokens") else (stop or "stop")
+    return {"id": f"chatcmpl-{n}", "object": "chat.completion", "created": int(time.time()), "model": model,
+            "choices": [{"index": 0, "message": {"role": "assistant", "content": text}, "finish_reason": finish}],
+            "usage": {"prompt_tokens": 10, "completion_tokens": len(text.split()),
+                      "total_tokens": 10 + len(text.split())}}
+
+
+def anthropic_body(n: int, model: str, text: Any, stop: str | None) -> dict[str, Any]:
+    """An Anthropic Messages API response with ``stop_reason`` (``max_tokens`` for a cut-off answer);
+    ``text`` = ``(thinking, text)`` gives an extended-thinking reply (a thinking block first)."""
+    blocks: list[dict[str, Any]] = []
+    if not isinstance(text, str):
+        blocks.append({"type": "thinking", "thinking": text[0], "signature": "sig"})
+        text = text[1]
+    blocks.append({"type": "text", "text": text})
+    return {"id": f"msg_{n:08d}", "type": "message", "role": "assistant", "model": model, "content": blocks,
+            "stop_reason": "max_tokens" if stop in ("length", "max_tokens") else (stop or "end_turn"),
+            "stop_sequence": None, "usage": {"input_tokens": 10, "output_tokens": len(text.split())}}

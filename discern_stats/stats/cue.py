@@ -184,7 +184,12 @@ def cue_metrics(df: pd.DataFrame, *, n_resamples: int = DEFAULT_RESAMPLES, seed:
         from ..core.errors import InputError
         raise InputError(f"unknown stratum set {bad[0]!r}; use one of: {', '.join(STRATUM_SETS)}")
     wide = world_table(df)
-    valid_rates = df.assign(valid=df["valid"].astype(bool)).groupby(["llm", "intervention", "stratum"])["valid"].agg(["sum", "count"])
+    # valid answers by the headline (strict) parse, and by the lenient parse beside it where the table has it
+    rate_cols = {"valid_rate": "valid"}
+    if "lenient_valid" in df.columns:
+        rate_cols["valid_rate_lenient"] = "lenient_valid"
+    valid_rates = {m: df.assign(_v=df[c].fillna(False).astype(bool)).groupby(["llm", "intervention", "stratum"])["_v"]
+                   .agg(["sum", "count"]) for m, c in rate_cols.items()}
     rows = []
     for (llm, iv), g in wide.groupby(level=["llm", "intervention"], sort=True):
         for sset in strata:
@@ -192,11 +197,12 @@ def cue_metrics(df: pd.DataFrame, *, n_resamples: int = DEFAULT_RESAMPLES, seed:
             if gs.empty:
                 continue
             W = resample_counts(len(gs), n_resamples, seed) if n_resamples and len(gs) > 1 else None
-            vr = valid_rates.loc[[(llm, iv, s) for s in STRATUM_SETS[sset] if (llm, iv, s) in valid_rates.index]].sum()
             base = {"llm": llm, "intervention": iv, "stratum": sset, "n_worlds": len(gs)}
-            rows.append({**base, "metric": "valid_rate", "kind": "accuracy_pct",
-                         "estimate": 100 * vr["sum"] / vr["count"], "lo": np.nan, "hi": np.nan, "p_value": np.nan,
-                         "n": int(vr["count"])})
+            for metric, rates in valid_rates.items():
+                vr = rates.loc[[(llm, iv, s) for s in STRATUM_SETS[sset] if (llm, iv, s) in rates.index]].sum()
+                rows.append({**base, "metric": metric, "kind": "accuracy_pct",
+                             "estimate": 100 * vr["sum"] / vr["count"], "lo": np.nan, "hi": np.nan, "p_value": np.nan,
+                             "n": int(vr["count"])})
             sums = effect_sums(gs)
             for name, (est, boot, jack, n, kind) in effect_values(sums, W, with_jack=method == "bca").items():
                 r = {**base, "metric": name, "kind": kind, "estimate": est, "lo": np.nan, "hi": np.nan,
@@ -210,7 +216,7 @@ def cue_metrics(df: pd.DataFrame, *, n_resamples: int = DEFAULT_RESAMPLES, seed:
                        else "no interval (0 resamples)")
     out["denominator"] = np.where(out["kind"] == "effect_pp", "valid pairs (both requests of a pair valid)",
                                   "planned requests (an invalid answer counts as wrong)")
-    out.loc[out["metric"] == "valid_rate", "denominator"] = "all trials"
+    out.loc[out["metric"].isin(["valid_rate", "valid_rate_lenient"]), "denominator"] = "all trials"
     return out
 
 

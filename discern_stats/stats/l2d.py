@@ -56,6 +56,7 @@ DENOMINATORS = {
     "CD": "valid posteriors with P1 = T and C != T", "prior_accuracy": "valid priors (one per strategy and item)",
     "rho_rhat_R": "valid posteriors with a rating", "rho_delta_rhat": "valid posteriors with a rating",
     "share: " + CLAIM_AGREES: "valid posteriors", "share: Invalid": "all trials",
+    "share: Invalid (lenient)": "all trials",
     **{f"share: {o}": OUTCOME_DENOMINATOR for o in OUTCOMES},
 }
 DEFAULT_METHOD = "crossed"
@@ -394,8 +395,11 @@ def _group_stats(g: pd.DataFrame, *, n_resamples: int, seed: int, method: str, i
         + [conflict & (outcome_col == k) for k in range(len(OUTCOMES))] + [~conflict],
         [rel[1], imp[1], elig, first_prior] + [conflict] * len(OUTCOMES) + [ones], ix, W, method,
         source_terms=pair_terms + [None] * (3 + len(OUTCOMES))))
-    inv = (~valid).astype(float)
-    stats.update(_ratio_stats(["share: Invalid"], [inv], [np.ones(len(g))], ix_all, W, method))
+    inv = [(~valid).astype(float)]
+    if "lenient_valid" in g.columns:  # beside the headline: invalid under the lenient parse too (collect.parsing)
+        inv.append((~g["lenient_valid"].fillna(False).to_numpy(bool)).astype(float))
+    stats.update(_ratio_stats(["share: Invalid", "share: Invalid (lenient)"][:len(inv)], inv,
+                              [np.ones(len(g))] * len(inv), ix_all, W, method))
     return stats
 
 
@@ -434,7 +438,7 @@ def l2d_metrics(df: pd.DataFrame, *, n_resamples: int = DEFAULT_RESAMPLES, seed:
     interval = _interval_label(method, level, n_resamples, source_resamples)
     order = (["SD", "TD", "rho_pop", "rel_propensity", "truth_propensity", "CD", "prior_accuracy", "rho_rhat_R",
               "rho_delta_rhat"]
-             + [f"share: {o}" for o in OUTCOMES] + ["share: " + CLAIM_AGREES, "share: Invalid"])
+             + [f"share: {o}" for o in OUTCOMES] + ["share: " + CLAIM_AGREES, "share: Invalid", "share: Invalid (lenient)"])
     rows = []
     for (keys, g), stats in zip(groups, group_stats):
         n_invalid = int((~g["valid"]).sum())

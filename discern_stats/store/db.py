@@ -11,7 +11,8 @@ are idempotent):
 - ``request``: a planned stimulus (one prompt, or one turn of a Design A conversation),
   with every condition label so that analysis never re-parses prompt text.
 - ``trial``: one LLM's answer to one request (raw response, parsed answer, valid flag,
-  status, latency, tokens). ``trial.key`` = hash of LLM id + sampling settings + request +
+  status, latency, tokens; both parses of `collect.parsing`, strict (the headline ``valid``)
+  and lenient, with the rule that recovered the answer and the provider's finish reason). ``trial.key`` = hash of LLM id + sampling settings + request +
   repeat index, so re-running a plan never duplicates a trial.
 - ``attempt``: every try of a trial, with its error.
 
@@ -151,14 +152,22 @@ class Trial(SQLModel, table=True):
     claimed_by: Optional[str] = None
     lease_until: Optional[dt.datetime] = None
     # outcome
-    status: Optional[str] = None  # ok | parse_failure | api_error | refusal | imported
-    raw_response: Optional[str] = None
+    status: Optional[str] = None  # core.vocab.TRIAL_STATUSES: ok | lenient_only | parse_failure | refusal | truncated | api_error | imported
+    raw_response: Optional[str] = None  # the text as received, reasoning blocks included
+    # the answer recovered (the strict parse's, else the lenient parse's; collect.parsing.trial_fields)
     answer: Optional[str] = None
     value: Optional[float] = None
     choice: Optional[str] = None
     correct: Optional[bool] = None
-    valid: Optional[bool] = None
-    parse_error: Optional[str] = None
+    valid: Optional[bool] = None  # the headline parse (strict): what every statistic uses
+    parse_error: Optional[str] = None  # why the strict parse rejected the answer
+    # both parses (collect.parsing); NULL for imported trials and for trials collected before them
+    strict_valid: Optional[bool] = None
+    strict_rule: Optional[str] = None  # e.g. json_object, reasoning_block+json_object, json_last_line, integer
+    lenient_valid: Optional[bool] = None
+    lenient_rule: Optional[str] = None  # strict, or the rule that recovered the answer (fenced_block, answer_label, ...)
+    lenient_error: Optional[str] = None
+    finish_reason: Optional[str] = None  # the provider's stop reason (finish_reason / stop_reason / done_reason)
     error: Optional[str] = None
     rated_reliability: Optional[float] = None
     messages_json: Optional[str] = None  # what was actually sent (Design A includes the prior turn)

@@ -37,9 +37,20 @@ def _merge_tags(df: pd.DataFrame, json_cols: list[str]) -> pd.DataFrame:
     return out
 
 
-def export_trials(engine: Engine, design: str, *, llms: list[str] | None = None) -> pd.DataFrame:
-    """The interchange DataFrame of ``design`` (finished trials only), one row per trial."""
+PARSES = ("strict", "lenient")
+
+
+def export_trials(engine: Engine, design: str, *, llms: list[str] | None = None, parse: str = "strict") -> pd.DataFrame:
+    """The interchange DataFrame of ``design`` (finished trials only), one row per trial.
+
+    ``valid`` is the validity under ``parse``: 'strict' (the headline, `collect.parsing`) or
+    'lenient'; ``lenient_valid`` is always the lenient parse's. Answers (``answer``, ``choice``,
+    ``correct``; ``prior``, ``posterior``, ``rated_reliability``) are empty where that parse found
+    the output invalid. A trial without a lenient parse of its own (imported, or collected before
+    both parses were stored) has ``lenient_valid`` = its ``valid``."""
     check_design(design)
+    if parse not in PARSES:
+        raise InputError(f"unknown parse {parse!r}; use one of: {', '.join(PARSES)}")
     T, R, L = Trial.__table__, Request.__table__, LLM.__table__
     if design == "l2d":
         P = T.alias("prior_trial")
@@ -49,6 +60,8 @@ def export_trials(engine: Engine, design: str, *, llms: list[str] | None = None)
                        S.c.reliability, S.c.popularity, R.c.factor, R.c.claim,
                        P.c.value.label("prior"), T.c.value.label("posterior"),
                        P.c.valid.label("prior_valid"), T.c.valid.label("post_valid"),
+                       sa.func.coalesce(P.c.lenient_valid, P.c.valid).label("prior_lenient"),
+                       sa.func.coalesce(T.c.lenient_valid, T.c.valid).label("post_lenient"),
                        T.c.rated_reliability, I.c.tags_json.label("item_tags"), T.c.tags_json.label("trial_tags"),
                        T.c.id.label("_id"))
              .select_from(T.join(R, T.c.request_id == R.c.id).join(L, T.c.llm_id == L.c.id)
@@ -60,6 +73,7 @@ def export_trials(engine: Engine, design: str, *, llms: list[str] | None = None)
     else:
         q = (sa.select(L.c.name.label("llm"), R.c.intervention, R.c.world_id, R.c.stratum, R.c.track, R.c.probe,
                        R.c.condition, T.c.answer, T.c.valid, T.c.choice, T.c.correct,
+                       sa.func.coalesce(T.c.lenient_valid, T.c.valid).label("lenient_valid"),
                        T.c.tags_json.label("trial_tags"), T.c.id.label("_id"))
              .select_from(T.join(R, T.c.request_id == R.c.id).join(L, T.c.llm_id == L.c.id))
              .where(R.c.design == "cue", T.c.state == "done"))
@@ -71,9 +85,16 @@ def export_trials(engine: Engine, design: str, *, llms: list[str] | None = None)
     req, opt = INTERCHANGE[design]
     if df.empty:
         return pd.DataFrame(columns=req + opt)
+    flag = lambda c: df[c].fillna(False).astype(bool)  # noqa: E731
     if design == "l2d":
-        df["valid"] = df["prior_valid"].fillna(False).astype(bool) & df["post_valid"].fillna(False).astype(bool)
-        df = df.drop(columns=["prior_valid", "post_valid"])
+        prior_ok, post_ok = ((flag("prior_valid"), flag("post_valid")) if parse == "strict"
+                             else (flag("prior_lenient"), flag("post_lenient")))
+        df["valid"] = prior_ok & post_ok
+        df["lenient_valid"] = flag("prior_lenient") & flag("post_lenient")
+        df["prior"] = df["prior"].where(prior_ok, None)
+        df["posterior"] = df["posterior"].where(post_ok, None)
+        df["rated_reliability"] = df["rated_reliability"].where(post_ok, None)
+        df = df.drop(columns=["prior_valid", "post_valid", "prior_lenient", "post_lenient"])
         df = _merge_tags(df, ["item_tags", "trial_tags"])
         if df["rated_reliability"].isna().all():
             df = df.drop(columns=["rated_reliability"])
@@ -81,8 +102,10 @@ def export_trials(engine: Engine, design: str, *, llms: list[str] | None = None)
             df[c] = df[c].astype(float)
     else:
         df = _merge_tags(df, ["trial_tags"])
-        df["valid"] = df["valid"].fillna(False).astype(bool)
-        df["correct"] = df["correct"].astype(object).where(df["correct"].notna(), None)
+        df["lenient_valid"] = flag("lenient_valid")
+        df["valid"] = flag("valid") if parse == "strict" else df["lenient_valid"]
+        for c in ("answer", "choice", "correct"):
+            df[c] = df[c].astype(object).where(df["valid"] & df[c].notna(), None)
     df = df.drop(columns=["_id"])
     first = [c for c in req + opt if c in df.columns]
     return df[first + [c for c in df.columns if c not in first]].reset_index(drop=True)

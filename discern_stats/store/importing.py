@@ -231,6 +231,12 @@ def _f(v: Any) -> float | None:
     return None if v is None or pd.isna(v) else float(v)
 
 
+def _b(row: pd.Series, col: str) -> bool | None:
+    """An optional boolean column of a validated row (None where absent or empty)."""
+    v = row[col] if col in row.index else None
+    return None if v is None or (isinstance(v, float) and pd.isna(v)) else bool(v)
+
+
 def _import_l2d(conn: sa.Connection, df: pd.DataFrame, llm_ids: dict[str, int], tag_cols: list[str], file: str) -> int:
     items = df.drop_duplicates("item_id")
     existing = {r.item_id: r.truth for r in conn.execute(sa.select(Item.item_id, Item.truth)
@@ -280,7 +286,7 @@ def _import_l2d(conn: sa.Connection, df: pd.DataFrame, llm_ids: dict[str, int], 
         trials.append({"key": trial_key(r.llm, "imported", k, 0), "request_id": rid[k], "llm_id": llm_ids[r.llm],
                        "state": "done", "status": "imported",
                        "answer": None if pd.isna(r.posterior) else repr(float(r.posterior)),
-                       "value": _f(r.posterior), "valid": bool(r.valid),
+                       "value": _f(r.posterior), "valid": bool(r.valid), "lenient_valid": _b(row, "lenient_valid"),
                        "rated_reliability": _f(row["rated_reliability"]) if has_rr else None,
                        "tags_json": dumps(tag_dict(row, tag_cols))})
     return insert_ignore(conn, Trial, trials, ["key"])
@@ -312,6 +318,7 @@ def _import_cue(conn: sa.Connection, df: pd.DataFrame, llm_ids: dict[str, int], 
         trials.append({"key": trial_key(r.llm, "imported", k, 0), "request_id": rid[k], "llm_id": llm_ids[r.llm],
                        "state": "done", "status": "imported",
                        "answer": None if pd.isna(r.answer) else str(r.answer), "valid": bool(r.valid),
+                       "lenient_valid": _b(row, "lenient_valid"),
                        "choice": None if ch is None or pd.isna(ch) else str(ch),
                        "correct": None if co is None or pd.isna(co) else bool(co),
                        "tags_json": dumps(tag_dict(row, tag_cols))})

@@ -24,10 +24,11 @@ DESIGNS = ("l2d", "cue")
 
 L2D_COLUMNS = ["llm", "strategy", "item_id", "truth", "source", "reliability", "popularity",
                "factor", "claim", "prior", "posterior", "valid"]
-L2D_OPTIONAL = ["rated_reliability"]
+# lenient_valid: the lenient parse's validity beside the headline `valid` (collect.parsing)
+L2D_OPTIONAL = ["rated_reliability", "lenient_valid"]
 CUE_COLUMNS = ["llm", "intervention", "world_id", "stratum", "track", "probe", "condition",
                "answer", "valid"]
-CUE_OPTIONAL = ["choice", "correct"]
+CUE_OPTIONAL = ["choice", "correct", "lenient_valid"]
 CUE_TRACKS = TRACKS
 ITEM_COLUMNS = ["item_id", "question", "truth"]
 
@@ -173,6 +174,13 @@ def validate_trials(df: pd.DataFrame, design: str, file: str = "<DataFrame>") ->
     out = df.copy()
     out["llm"] = text_column(df, "llm", file)
     out["valid"] = bool_column(df, "valid", file)
+    if "lenient_valid" in df.columns:  # the lenient parse accepts everything the strict one does
+        out["lenient_valid"] = bool_column(df, "lenient_valid", file, required=False)
+        bad = out["valid"].astype(bool) & (out["lenient_valid"] == False)  # noqa: E712
+        if bad.any():
+            i = int(np.flatnonzero(bad.to_numpy())[0])
+            raise InputError("lenient_valid is false where valid is true (the lenient parse accepts every "
+                             "answer the strict parse does)", file=file, row=i + 1, column="lenient_valid")
     if design == "l2d":
         for c in ("strategy", "item_id", "source"):
             out[c] = text_column(df, c, file)

@@ -73,9 +73,11 @@ class TrialDB:
     def import_trials(self, design: str, path: str | Path | pd.DataFrame) -> int:
         return importing.import_trials(self.engine, design, path)
 
-    def trials(self, design: str, *, llms: list[str] | None = None) -> pd.DataFrame:
-        """Finished trials of ``design`` ('l2d' or 'cue') as the interchange DataFrame."""
-        return exporting.export_trials(self.engine, design, llms=llms)
+    def trials(self, design: str, *, llms: list[str] | None = None, parse: str = "strict") -> pd.DataFrame:
+        """Finished trials of ``design`` ('l2d' or 'cue') as the interchange DataFrame; ``valid`` by the
+        headline strict parse, or by the lenient one with ``parse="lenient"`` (a sensitivity analysis:
+        every metric function takes either table)."""
+        return exporting.export_trials(self.engine, design, llms=llms, parse=parse)
 
     def export_trials(self, design: str, out: str | Path) -> Path:
         return exporting.export_to_file(self.engine, design, out)
@@ -94,7 +96,9 @@ class TrialDB:
         T, R, L = Trial.__table__, Request.__table__, LLM.__table__
         q = (sa.select(L.c.name.label("llm"), L.c.is_simulator, R.c.design, R.c.track, R.c.probe, R.c.stage,
                        R.c.intervention, T.c.state, T.c.status, T.c.valid, T.c.parse_error, T.c.error,
-                       T.c.raw_response, T.c.n_attempts, T.c.latency_ms, T.c.tokens_in, T.c.tokens_out)
+                       T.c.strict_valid, T.c.strict_rule, T.c.lenient_valid, T.c.lenient_rule, T.c.lenient_error,
+                       T.c.finish_reason, T.c.raw_response, T.c.n_attempts, T.c.latency_ms, T.c.tokens_in,
+                       T.c.tokens_out)
              .select_from(T.join(R, T.c.request_id == R.c.id).join(L, T.c.llm_id == L.c.id)))
         if design:
             q = q.where(R.c.design == design)
@@ -105,7 +109,10 @@ class TrialDB:
         return self.table(Attempt)
 
     def info(self) -> dict[str, Any]:
-        """Counts per table, per design and per LLM, with validity rates."""
+        """Counts per table, per design and per LLM, with validity rates: ``valid`` / ``validity_rate`` by
+        the headline (strict) parse, ``lenient_valid`` / ``lenient_validity_rate`` by the lenient parse
+        beside it (`collect.parsing`), both over finished trials. A trial with no lenient parse of its own
+        (imported, or collected before both parses were stored) counts as its ``valid`` there."""
         out: dict[str, Any] = {"url": sa.engine.make_url(self.engine.url).render_as_string(hide_password=True)}
         with self.engine.connect() as conn:
             out["tables"] = {m.__tablename__: conn.execute(sa.select(sa.func.count()).select_from(m.__table__)).scalar()
@@ -115,19 +122,23 @@ class TrialDB:
             T, R, L = Trial.__table__, Request.__table__, LLM.__table__
             rows = conn.execute(
                 sa.select(R.c.design, L.c.name, L.c.is_simulator, T.c.state, sa.func.count().label("n"),
-                          sa.func.sum(sa.case((T.c.valid == sa.true(), 1), else_=0)).label("n_valid"))
+                          sa.func.sum(sa.case((T.c.valid == sa.true(), 1), else_=0)).label("n_valid"),
+                          sa.func.sum(sa.case((sa.func.coalesce(T.c.lenient_valid, T.c.valid) == sa.true(), 1),
+                                              else_=0)).label("n_lenient"))
                 .select_from(T.join(R, T.c.request_id == R.c.id).join(L, T.c.llm_id == L.c.id))
                 .group_by(R.c.design, L.c.name, L.c.is_simulator, T.c.state)).all()
         per: dict[tuple[str, str], dict[str, Any]] = {}
-        for d, name, sim, state, n, nv in rows:
+        for d, name, sim, state, n, nv, nl in rows:
             e = per.setdefault((d, name), {"design": d, "llm": name, "simulator": bool(sim), "planned": 0,
-                                           "done": 0, "valid": 0})
+                                           "done": 0, "valid": 0, "lenient_valid": 0})
             e["planned"] += n
             if state == "done":
                 e["done"] += n
                 e["valid"] += int(nv or 0)
+                e["lenient_valid"] += int(nl or 0)
         for e in per.values():
             e["validity_rate"] = (e["valid"] / e["done"]) if e["done"] else None
+            e["lenient_validity_rate"] = (e["lenient_valid"] / e["done"]) if e["done"] else None
         out["per_llm"] = sorted(per.values(), key=lambda e: (e["design"], e["llm"]))
         return out
 
