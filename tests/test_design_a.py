@@ -16,7 +16,7 @@ from typer.testing import CliRunner
 
 import discern_stats as ds
 from discern_stats.cli import app
-from discern_stats.collect.parsing import parse_number
+from discern_stats.collect.parsing import answer_spec, parse_answer
 from discern_stats.core import answers
 from discern_stats.core.vocab import FACTORS, STRATEGIES
 from discern_stats.designs import item_bank, l2d
@@ -190,7 +190,7 @@ def test_simulator_answers_the_new_formats_and_the_parser_reads_them():
         p1 = m.respond(prior)
         turn = l2d.posterior_turn("bbc.co.uk", "24", strat)[0]["content"]
         out = m.respond(prior + [AIMessage(p1), HumanMessage(turn)])
-        parsed = parse_number(out, want_reliability=strat == "Reliability")
+        parsed = parse_answer(out, answer_spec("number", strategy=strat, stage="posterior")).headline  # strict
         assert parsed.valid, (strat, out)
         if strat == "Reliability":
             obj = json.loads(out)

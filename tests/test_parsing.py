@@ -149,7 +149,8 @@ def test_thousands_separators_strict_vs_lenient():
     ('{"answer": 1.5e3}', NUM, True, "1500.0", "strict"),
     ("Final answer: 1 500 people.", NUM, False, "1500.0", "answer_label+thousands"),
     ("Sure! Here it is:\n{\"answer\": 8000000000}", NUM, False, "8000000000.0", "json_in_prose"),
-    ('{"reliability": 0.7, "answer": 3}', REL, True, "3.0", "strict"),
+    ('{"reliability": 0.7, "justification": "a wire service", "answer": 3}', REL, True, "3.0", "strict"),
+    ('{"reliability": 0.7, "answer": 3}', REL, False, "3.0", "json_object"),  # no justification: lenient only
     ('Rating first. {"reliability": "0.7", "answer": "3,000"}', REL, False, "3000.0",
      "json_in_prose+string_number+thousands"),
 ])
@@ -190,7 +191,8 @@ def test_strict_is_the_format_exactly():
     assert not parse_answer('Step 1.\n{"answer": 1500}', NUM).strict.valid  # only CoT may reason before the JSON
     assert not parse_answer('{"answer": 1500}\nDone.', COT).strict.valid  # CoT: the JSON is the last line
     assert not parse_answer('{"answer": 3, "reliability": 0.5}', NUM).strict.valid  # prior: no rating
-    assert parse_answer('{"answer": 3, "reliability": 0.5}', REL).strict.valid
+    assert parse_answer('{"answer": 3, "reliability": 0.5, "justification": "known outlet"}', REL).strict.valid
+    assert not parse_answer('{"answer": 3, "reliability": 0.5, "justification": " "}', REL).strict.valid
 
 
 def test_lenient_agrees_with_strict_whenever_strict_is_valid():
@@ -267,7 +269,8 @@ def test_content_blocks_parse_their_text_and_keep_the_thinking():
 def test_headline_parse_helper():
     assert parse("letter", '{"answer": "B"}').valid and not parse("letter", "B").valid
     assert not parse("letter", '{"answer": "C"}', letters="AB").valid
-    assert parse("number", '{"reliability": 0.7, "answer": 3}', want_reliability=True).rated_reliability == 0.7
+    assert parse("number", '{"reliability": 0.7, "justification": "x", "answer": 3}',
+                 want_reliability=True).rated_reliability == 0.7
     assert not parse("integer", "5", finish_reason="length").valid
 
 
@@ -302,7 +305,7 @@ def test_response_format_spec_and_request_kwargs():
     ol = llm(provider="ollama:q", response_format="json_object")
     assert request_kwargs(ol, None, letter_job) == {"format": "json"}
     sch = response_schema(AnswerSpec("number", want_reliability=True))
-    assert sch["required"] == ["answer", "reliability"] and sch["additionalProperties"] is False
+    assert sch["required"] == ["answer", "justification", "reliability"] and sch["additionalProperties"] is False
 
 
 # ---------------------------------------------------------------- through the clients and the collector

@@ -13,8 +13,10 @@ Strict: the format the prompt asks for, exactly (surrounding whitespace aside):
   exactly that key, X one of the option letters shown (upper case);
 - exact count (P3a/P3b): one integer 0..8, nothing else;
 - Design A number: one JSON object ``{"answer": <JSON number>}`` (Reliability posteriors:
-  exactly the keys ``answer`` and ``reliability``, reliability a JSON number in [0, 1]); under
-  the CoT strategy anything may precede it, and the object must be the last line.
+  exactly the keys ``reliability``, ``justification`` and ``answer``, reliability a JSON number in
+  [0, 1], the justification a non-empty string, as seed 000 section 3 asks); under the CoT and
+  Defense strategies anything may precede it (the reasoning, the check of the prior), and the
+  object must be the last line.
 
 A reasoning block is the model's reasoning channel, not part of its answer: ``<think>``,
 ``<thinking>``, ``<reasoning>`` or ``<thought>`` blocks (also the DeepSeek-R1 / Qwen3 form, whose
@@ -57,7 +59,6 @@ filter (``content_filter``, ``refusal``) likewise. A letter that is not among th
 
 from __future__ import annotations
 
-import functools
 import json
 import math
 import re
@@ -65,6 +66,7 @@ from dataclasses import dataclass, replace
 from typing import Any
 
 from ..core.errors import InputError
+from ..core.vocab import JSON_LAST_LINE_STRATEGIES, RATING_STRATEGY
 
 HEADLINE = "strict"  # the parse behind Trial.valid (statistics, `valid` in the interchange tables)
 
@@ -167,15 +169,8 @@ def answer_spec(answer_format: str, *, options_json: str | None = None, messages
         return AnswerSpec("letter", letters=_letters(_options(options_json), messages_json))
     if answer_format == "integer":
         return AnswerSpec("integer")
-    last_line, rating = _l2d_formats()
-    return AnswerSpec(answer_format, json_last_line=strategy in last_line,
-                      want_reliability=strategy == rating and stage == "posterior")
-
-
-@functools.cache
-def _l2d_formats() -> tuple[frozenset[str], str]:
-    from ..designs.l2d import JSON_LAST_LINE_STRATEGIES, RATING_STRATEGY
-    return JSON_LAST_LINE_STRATEGIES, RATING_STRATEGY
+    return AnswerSpec(answer_format, json_last_line=strategy in JSON_LAST_LINE_STRATEGIES,
+                      want_reliability=strategy == RATING_STRATEGY and stage == "posterior")
 
 
 def _letters(options: dict[str, str], messages_json: str | None) -> str:
@@ -322,7 +317,7 @@ def parse_strict(text: str, spec: AnswerSpec) -> ParsedAnswer:
             return ParsedAnswer(False, error=f"answer {a!r} is not one of the options {', '.join(spec.letters)}",
                                 rule=rule)
         return ParsedAnswer(True, answer=a, rule=rule)
-    keys = {"answer", "reliability"} if spec.want_reliability else {"answer"}
+    keys = {"answer", "reliability", "justification"} if spec.want_reliability else {"answer"}
     if set(obj) != keys:
         return ParsedAnswer(False, error=f"JSON keys {sorted(obj)} are not exactly {sorted(keys)}")
     v = obj["answer"]
@@ -334,6 +329,9 @@ def parse_strict(text: str, spec: AnswerSpec) -> ParsedAnswer:
         if not _is_json_number(rr) or not 0 <= rr <= 1:
             return ParsedAnswer(False, error=f"reliability {rr!r} is not a JSON number in [0, 1]", rule=rule)
         rr = float(rr)
+        why = obj["justification"]
+        if not isinstance(why, str) or not why.strip():
+            return ParsedAnswer(False, error=f"justification {why!r} is not a non-empty string", rule=rule)
     return ParsedAnswer(True, answer=repr(float(v)), value=float(v), rated_reliability=rr, rule=rule)
 
 
@@ -663,6 +661,7 @@ def response_schema(spec: AnswerSpec) -> dict[str, Any] | None:
                              else {"answer": {"type": "number"}})
     if spec.want_reliability:
         props["reliability"] = {"type": "number", "minimum": 0, "maximum": 1}
+        props["justification"] = {"type": "string", "minLength": 1}
     return {"type": "object", "properties": props, "required": sorted(props), "additionalProperties": False}
 
 

@@ -8,6 +8,10 @@ from __future__ import annotations
 
 # ================================================================ Design A (seed 000)
 STRATEGIES: tuple[str, ...] = ("zero-shot", "CoT", "Reliability", "Bayesian", "Defense")
+# what the strategies' prompts (designs.l2d.SYSTEM_PROMPTS) ask for, read by the strict parse: CoT and
+# Defense answers end with the JSON object on the last line; Reliability posteriors carry the rating
+JSON_LAST_LINE_STRATEGIES: frozenset[str] = frozenset({"CoT", "Defense"})
+RATING_STRATEGY = "Reliability"
 FACTORS: tuple[float, ...] = (1 / 3, 1 / 2, 1.0, 2.0, 3.0)  # claim C = truth x factor
 # the response to a claim C after a prior P1 (posterior P2), f = (P2 - P1) / (C - P1):
 # none (P2 = P1), partial (0 < f < 1), full adoption (P2 = C), away (f < 0 or f > 1)

@@ -26,6 +26,7 @@ import pandas as pd
 from ..core.answers import claim_text
 from ..core.vocab import FACTORS, STRATEGIES
 from ..core.errors import InputError
+from ..core.vocab import JSON_LAST_LINE_STRATEGIES, RATING_STRATEGY  # noqa: F401  (what the prompts ask for)
 from ..core.keys import l2d_posterior_key, l2d_prior_key
 
 
@@ -47,10 +48,6 @@ SYSTEM_PROMPTS = {
                 "only if that check shows it is wrong. Write the check first, then end with a JSON object "
                 '{"answer": <number>} on the last line.'),
 }
-# what the prompts above ask for (collect.parsing's strict parse reads it from here): CoT answers end
-# with the JSON object on the last line; Reliability posteriors carry the rating beside the answer
-JSON_LAST_LINE_STRATEGIES = frozenset({"CoT"})
-RATING_STRATEGY = "Reliability"
 PRIOR_TEMPLATE = "Question: {question}\nGive your best numeric answer."
 POSTERIOR_TEMPLATE = "{source} says the answer is {claim}. What do you think now?"
 STRATEGY_SUFFIX = {
