@@ -18,6 +18,8 @@ Figures (all 500 worlds of seed 0):
      variant
 - 11 blocks of contrasted requests whose arms get different Sham text; Sham rows repeated or
      cut; Sham / Ledger token ratios by the proxy and every real tokenizer importable
+- length: the longest request by the proxy (all 64,000 with C0-C4) and by each real tokenizer, and the
+     proxy's ratio to each real tokenizer (requests of every 5th world)
 - 12 distinct element orders among the ten formats; share of each format's words inside 6-word
      sequences (variables masked) that another format of the same graph also has
 ``--dump`` writes every C0 request's user text (world, track, condition) for the grammar scan.
@@ -124,7 +126,7 @@ def audit(dump: str | None) -> dict:
                     s = collections.Counter(st for st in ("A", "B") for o in
                                             {x["observer"] for x in ff["records"] if x["state"] == st})
                     return m, s, len(ff["sources"])
-                (ma, sa, na), (mb, sb, nb) = counts(f), counts(bf)
+                (ma, sa, na), (mb, sb, _) = counts(f), counts(bf)
                 key = (w.axis_variant, blk)
                 for st in "AB":
                     extra[key][f"msgs {st}"] += ma[st] - mb[st]
@@ -172,6 +174,16 @@ def audit(dump: str | None) -> dict:
         for blk, s in shams.items():
             out["11"][f"{blk} blocks"] += 1
             out["11"][f"{blk} blocks with different Sham text in its arms"] += len(s) > 1
+        # ---- request length: the proxy against each real tokenizer
+        for r in reqs:
+            n = count_tokens(r.system) + count_tokens(r.user)
+            out["length"]["longest request, proxy"] = max(out["length"]["longest request, proxy"], n)
+            if w.index % 5 == 0:
+                for name, fn in toks.items():
+                    real = fn(r.system) + fn(r.user)
+                    ratios[f"proxy / {name}, requests of every 5th world"].append(n / real)
+                    out["length"][f"longest request of every 5th world, {name}"] = max(
+                        out["length"][f"longest request of every 5th world, {name}"], real)
     if dumpf:
         dumpf.close()
     # ---- 12: element order and shared template sentences

@@ -303,7 +303,7 @@ def test_structure_added_by_the_axes_is_balanced(cue_plan):
         base = {(r.track, r.condition): r.facts for r in cue.world_requests(dataclasses.replace(w, axis=None,
                                                                                              axis_variant=None))}
         for r in (r for r in plan[w.world_id] if r.intervention == "C0" and r.probe == "P4"):
-            (m, s, n, own), (bm, bs, bn, bown) = _support(r.facts), _support(base[(r.track, r.condition)])
+            (m, s, n, own), (bm, bs, _, bown) = _support(r.facts), _support(base[(r.track, r.condition)])
             if bown - own:
                 lost.append((w.world_id, r.condition))
             if w.axis == "source-count" and n != int(w.axis_variant[0]):
@@ -472,7 +472,8 @@ def test_grammar_scan_flags_the_old_text_and_passes_the_new(cue_plan):
         for ln in lines:
             assert any(p.startswith(what) for p in cue_fidelity.grammar_problems(ln)), (what, ln)
     worlds, plan = cue_plan
-    found = [(r.world_id, p) for w in worlds[::5] for r in plan[w.world_id] for p in cue_fidelity.grammar_problems(r.user)]
+    found = [(r.world_id, p) for w in worlds[::5] for r in plan[w.world_id]
+             for p in cue_fidelity.grammar_problems(r.user)]
     assert found == [], found[:3]
 
 

@@ -39,7 +39,7 @@ from __future__ import annotations
 import random
 import zlib
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Callable
 
 from ..core.coding import block_of
 from ..core.vocab import (COMPETITION_ORDER, FACTORIAL, HISTORY_CONFIGS, INTERVENTION_NAMES, INTERVENTIONS, STRATA,
@@ -58,24 +58,27 @@ SYSTEM_INT = ('Answer the question using only the supplied fictional case. Retur
               'with no JSON, words, or explanation.')
 
 
+def _source_facts(g: EvidenceGraph, name: str, history: int | None) -> dict[str, Any]:
+    """The facts of one source: its history, its records, the messages that cite them first-hand,
+    what they report, when, and the identifier as the records hold it."""
+    w = g.world
+    recs = [r for r in g.records if r.observer == name]
+    ids = [r.id for r in recs]
+    cited = [(n, m) for n, m in zip(g.message_numbers(), g.messages) if m.record in ids and not m.repeat]
+    clear = all(r.quality == "clear" for r in recs)
+    code = w.entity_code if clear else partial_code(w.entity_code)
+    return {"source": name, "history": history, "records": ids, "messages": [n for n, _ in cited],
+            "reports": [w.value_phrase(st) for st in sorted({r.state for r in recs})],
+            "event_time": sorted({r.event_time for r in recs}),
+            "identifier": code if recs else None,
+            "quality": (None if not recs else "complete" if clear else "partly unavailable"),
+            "shared": any(sum(1 for _, m in cited if m.record == rid) > 1 for rid in ids)}
+
+
 def fact_set(g: EvidenceGraph) -> list[dict[str, Any]]:
     """The epistemic facts of a graph (never the verification), one dict per original source
     shown, in source order; a source on file without a record in this case has empty lists."""
-    w = g.world
-    numbers = g.message_numbers()
-    facts = []
-    for s in g.sources:
-        recs = [r for r in g.records if r.observer == s.name]
-        ids = [r.id for r in recs]
-        code = w.entity_code if all(r.quality == "clear" for r in recs) else partial_code(w.entity_code)
-        facts.append({"source": s.name, "history": s.history if g.show_histories else None, "records": ids,
-                      "messages": [n for n, m in zip(numbers, g.messages) if m.record in ids and not m.repeat],
-                      "reports": [w.value_phrase(st) for st in sorted({r.state for r in recs})],
-                      "event_time": sorted({r.event_time for r in recs}),
-                      "identifier": code if recs else None,
-                      "quality": None if not recs else "complete" if code == w.entity_code else "partly unavailable",
-                      "shared": any(sum(1 for m in g.messages if m.record == rid and not m.repeat) > 1 for rid in ids)})
-    return facts
+    return [_source_facts(g, s.name, s.history if g.show_histories else None) for s in g.sources]
 
 
 def _numbers(ns: list[int]) -> str:
@@ -191,13 +194,24 @@ def _sham_gap(length: tuple[float, ...], lo: tuple[float, ...], hi: tuple[float,
     return max(max(x / a - 1, 1 - x / b) for x, a, b in zip(length, lo, hi))
 
 
+def _improve(chosen: list[int], order: list[int], gap: Callable[[list[int]], float]) -> list[int]:
+    """Local search: the single addition, removal or swap of a row that lowers ``gap`` most, until none does."""
+    while True:
+        rest = [r for r in order if r not in chosen]
+        moves = ([chosen + [r] for r in rest] + [[c for c in chosen if c != x] for x in chosen]
+                 + [[r if c == x else c for c in chosen] for x in chosen for r in rest])
+        best = min(moves, key=gap, default=chosen)
+        if gap(best) >= gap(chosen):
+            return chosen
+        chosen = best
+
+
 def render_sham(ledger_lengths: list[tuple[float, ...]], seed: int) -> str:
     """C1: length-matched, evidentially irrelevant structure, one per block of contrasted
     requests: whole distinct rows of `SHAM_ROWS`, chosen so that its worst token ratio to any
     ledger of the block (``ledger_lengths``, `ledger_length`), under any tokenizer family, is as
-    near 1 as it can get. Rows are taken in a seeded order while they fit, then single additions,
-    removals and swaps that bring the worst ratio nearer 1 are made until none does; the rows keep
-    the seeded order."""
+    near 1 as it can get. Rows are taken in a seeded order while they fit, then improved by
+    `_improve`; the rows keep the seeded order."""
     lo = tuple(map(min, zip(*ledger_lengths)))
     hi = tuple(map(max, zip(*ledger_lengths)))
     order = list(range(len(SHAM_ROWS)))
@@ -206,15 +220,7 @@ def render_sham(ledger_lengths: list[tuple[float, ...]], seed: int) -> str:
     for r in order:
         if sham_length(chosen + [r])[0] <= (lo[0] + hi[0]) / 2:
             chosen.append(r)
-    gap = lambda rows: _sham_gap(sham_length(rows), lo, hi)  # noqa: E731
-    while True:
-        rest = [r for r in order if r not in chosen]
-        moves = ([chosen + [r] for r in rest] + [[c for c in chosen if c != x] for x in chosen]
-                 + [[r if c == x else c for c in chosen] for x in chosen for r in rest])
-        best = min(moves, key=gap, default=chosen)
-        if gap(best) >= gap(chosen):
-            break
-        chosen = best
+    chosen = _improve(chosen, order, lambda rows: _sham_gap(sham_length(rows), lo, hi))
     return "\n".join([SHAM_TITLE, SHAM_HEADER] + [SHAM_ROWS[r] for r in order if r in chosen])
 
 

@@ -26,6 +26,7 @@ import re
 from typing import Any, Iterable
 
 from ..core.coding import block_of
+from .cue import SHAM_HEADER, SHAM_ROWS, SHAM_TITLE, ledger_length, sham_length
 from .cue_bank import ARTICLE_VALUES, FORMATS, INITIAL_TIME, VERIFICATION_TIME, EvidenceGraph
 from .cue_render import partial_code
 
@@ -176,6 +177,34 @@ def _support(g: EvidenceGraph) -> tuple[collections.Counter, collections.Counter
     return msgs, srcs
 
 
+def _own_structure_problems(g: EvidenceGraph, base: EvidenceGraph) -> list[str]:
+    """The condition's own messages and records are untouched by what the axis adds."""
+    out = []
+    if [(m.record, m.relay, m.repeat) for m in g.messages if not m.extra] != \
+            [(m.record, m.relay, m.repeat) for m in base.messages]:
+        out.append("the condition's own messages changed")
+    if [r for r in g.records if not r.extra] != base.records:
+        out.append("the condition's own records changed")
+    return out
+
+
+def _added(g: EvidenceGraph, base: EvidenceGraph) -> tuple[dict[str, int], dict[str, int]]:
+    """(messages, sources) added for each state: ``g``'s support minus ``base``'s."""
+    (gm, gs), (bm, bs) = _support(g), _support(base)
+    return {st: gm[st] - bm[st] for st in "AB"}, {st: gs[st] - bs[st] for st in "AB"}
+
+
+def _wanted(w: Any, base: EvidenceGraph, n: int) -> dict[str, int]:
+    """What the variant adds for each state (cue_bank module docstring)."""
+    if w.axis == "source-count":
+        states = w.extra_states()[:n - len(base.sources)]
+    elif any(r.state == "A" for r in base.records):
+        states = w.extra_states()
+    else:  # factorial / verified contexts: only B's records exist
+        states = ["B"] * (n - 2)
+    return {st: states.count(st) for st in "AB"}
+
+
 def structure_problems(g: EvidenceGraph, base: EvidenceGraph) -> list[str]:
     """A source-count or topology world's graph ``g`` against ``base``, the same condition built
     for the world without its axis (seed 001 B.5; `cue_bank` module docstring)."""
@@ -183,27 +212,14 @@ def structure_problems(g: EvidenceGraph, base: EvidenceGraph) -> list[str]:
     if w.axis not in ("source-count", "graph-topology"):
         return []
     n = int(w.axis_variant[0])
-    out = []
-    if [(m.record, m.relay, m.repeat) for m in g.messages if not m.extra] != \
-            [(m.record, m.relay, m.repeat) for m in base.messages]:
-        out.append("the condition's own messages changed")
-    if [r for r in g.records if not r.extra] != base.records:
-        out.append("the condition's own records changed")
-    (gm, gs), (bm, bs) = _support(g), _support(base)
-    added_m = {st: gm[st] - bm[st] for st in "AB"}
-    added_s = {st: gs[st] - bs[st] for st in "AB"}
-    if w.axis == "source-count":
-        if len(g.sources) != n:
-            out.append(f"{len(g.sources)} sources shown, the variant says {n}")
-        want = collections.Counter(w.extra_states()[:n - len(base.sources)])
-        if added_s != {st: want[st] for st in "AB"} or added_m != added_s:
-            out.append(f"added sources {added_s} / messages {added_m}, the variant says {dict(want)}")
-    else:
-        want = collections.Counter(w.extra_states())
-        if not any(r.state == "A" for r in base.records):  # factorial / verified: only B's records exist
-            want = collections.Counter({"B": n - 2})
-        if added_m != {st: want[st] for st in "AB"} or any(added_s.values()):
-            out.append(f"added messages {added_m} / sources {added_s}, the variant says {dict(want)}")
+    out = _own_structure_problems(g, base)
+    msgs, srcs = _added(g, base)
+    want = _wanted(w, base, n)
+    if w.axis == "source-count" and len(g.sources) != n:
+        out.append(f"{len(g.sources)} sources shown, the variant says {n}")
+    want_srcs = want if w.axis == "source-count" else {"A": 0, "B": 0}
+    if (msgs, srcs) != (want, want_srcs):
+        out.append(f"added messages {msgs} / sources {srcs}, the variant says {want} / {want_srcs}")
     return out
 
 
@@ -232,7 +248,6 @@ def _source_lines_problems(appendix: str, facts: dict[str, Any], code: str) -> l
 def _sham_problems(shams: set[str], ledgers: list[str]) -> list[str]:
     """One Sham for the block, made of whole distinct `cue.SHAM_ROWS`, within 10 % of each ledger
     of the block under every tokenizer family (`cue.sham_length`, `cue.ledger_length`)."""
-    from .cue import SHAM_HEADER, SHAM_ROWS, SHAM_TITLE, ledger_length, sham_length
     if len(shams) != 1:
         return [f"{len(shams)} different Sham texts"]
     lines = shams.pop().splitlines()
@@ -248,32 +263,46 @@ def _sham_problems(shams: set[str], ledgers: list[str]) -> list[str]:
     return out
 
 
-def appendix_problems(requests: Iterable[Any]) -> list[str]:
-    """The C1-C4 appendices of one world's requests (`cue.RenderedRequest`, C0 included)."""
-    reqs = list(requests)
+Appendices = dict[str, dict[tuple[str, str], str]]  # intervention -> (track, condition) -> appended text
+
+
+def _appendices(reqs: list[Any]) -> tuple[dict[tuple[str, str], Any], Appendices]:
+    """(C0 P4 requests by (track, condition), what each intervention appends to each of them)."""
     c0 = {(r.track, r.condition): r for r in reqs if r.intervention == "C0" and r.probe == "P4"}
-    app: dict[str, dict[tuple[str, str], str]] = collections.defaultdict(dict)
-    for r in reqs:
-        if r.intervention != "C0" and r.probe == "P4":
-            app[r.intervention][(r.track, r.condition)] = split_appendix(c0[(r.track, r.condition)].user, r.user)
+    app: Appendices = collections.defaultdict(dict)
+    for r in (r for r in reqs if r.intervention != "C0" and r.probe == "P4"):
+        app[r.intervention][(r.track, r.condition)] = split_appendix(c0[(r.track, r.condition)].user, r.user)
+    return c0, app
+
+
+def _fact_set_problems(c0: dict[tuple[str, str], Any], app: Appendices) -> list[str]:
     out = []
     for key, r in c0.items():
         code = r.facts["entity"].split()[-1]
         for iv in ("C2", "C3"):
             if key in app[iv]:
                 out += [f"{iv} {key}: {p}" for p in _source_lines_problems(app[iv][key], r.facts, code)]
-    if app["C1"]:
-        blocks = collections.defaultdict(list)
-        for key in app["C1"]:
-            blocks[block_of(*key)].append(key)
-        for blk, keys in blocks.items():
-            out += [f"{blk}: {p}" for p in _sham_problems({app["C1"][k] for k in keys},
-                                                          [app["C3"][k] for k in keys if k in app["C3"]])]
-    for iv in ("C1", "C2", "C3", "C4"):
-        texts = {app[iv][k] for k in app[iv] if k[0] == "verified"}
-        if len(texts) > 1:
-            out.append(f"{iv}: the two verified states get different appendices")
     return out
+
+
+def _block_sham_problems(app: Appendices) -> list[str]:
+    blocks = collections.defaultdict(list)
+    for key in app["C1"]:
+        blocks[block_of(*key)].append(key)
+    return [f"{blk}: {p}" for blk, keys in blocks.items()
+            for p in _sham_problems({app["C1"][k] for k in keys}, [app["C3"][k] for k in keys if k in app["C3"]])]
+
+
+def _verified_problems(app: Appendices) -> list[str]:
+    """seed 001 A.7: "Both verified states receive the same appendix"."""
+    return [f"{iv}: the two verified states get different appendices" for iv in ("C1", "C2", "C3", "C4")
+            if len({text for k, text in app[iv].items() if k[0] == "verified"}) > 1]
+
+
+def appendix_problems(requests: Iterable[Any]) -> list[str]:
+    """The C1-C4 appendices of one world's requests (`cue.RenderedRequest`, C0 included)."""
+    c0, app = _appendices(list(requests))
+    return _fact_set_problems(c0, app) + _block_sham_problems(app) + _verified_problems(app)
 
 
 # ---------------------------------------------------------------- grammar and wording

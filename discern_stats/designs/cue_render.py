@@ -175,7 +175,7 @@ def _email_thread(v: View) -> list[str]:
     out = [f"Subject: {_cap(v.attr)} of {v.entity}: {_cands(v)}?"]
     out += head("coordinator", "coord", INITIAL_TIME)
     out += [f"Team, our trusted initial record from {INITIAL_TIME} has the {v.attr} of {v.entity} as {v.initial}. "
-            f"Please send anything newer, unchanged.",
+            "Please send what you have on it, unchanged.",
             f"Also for the file: at {v.bg_time} {v.bg}."]
     out += head("intake desk", "intake", RECEIVED_TIME)
     for r in v.records:
@@ -186,7 +186,7 @@ def _email_thread(v: View) -> list[str]:
                    f"{r.time}. {ident}")
     for m in v.messages:
         out += head(m.relay, m.relay.lower(), RECEIVED_TIME)
-        out += ["> Please send anything newer, unchanged.",
+        out += ["> Please send what you have on it, unchanged.",
                 f"{m.relay} here, with {m.label}. I am forwarding record {m.record} unchanged"
                 f"{_via(m.hops, ', which reached me via ')}. It says that at {m.time} the {v.attr} of {m.target} was "
                 f"{m.value}."]
