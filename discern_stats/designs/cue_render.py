@@ -309,7 +309,7 @@ def _meeting_minutes(v: View) -> list[str]:
            f"unchanged", f"Question before the meeting: the {v.attr} of {v.entity}, {_cands(v)}?", "",
            "1. Reports from the relays"]
     for m in v.messages:
-        out.append(f"   {m.relay} read out {m.label}, which relays record {m.record}"
+        out.append(f"   {m.relay} read out {m.label}, which relayed record {m.record}"
                    f"{_via(m.hops, ' handed on by ')}, and said that at {m.time} the {v.attr} of {m.target} had been "
                    f"{m.value}.")
     out.append("2. The records behind them")
@@ -409,8 +409,8 @@ def _naturalized(v: View) -> list[str]:
     out += [f"I have checked {s} before: {k} of 8 earlier reports from {s} matched what trusted verification later "
             f"showed." for s, k in v.histories]
     for r in v.records:
-        ident = (f"the full identifier, {r.code}, is clear in {r.where}" if r.clear else
-                 f"only part of the identifier survives in {r.where}, {r.code}, although the value is clear")
+        ident = (f"the full identifier, {r.code}, was clear in {r.where}" if r.clear else
+                 f"only part of the identifier survived in {r.where}, {r.code}, although the value was clear")
         out.append(f"{r.observer} made {r.medium} of the situation at {r.time}, which reached me at {RECEIVED_TIME} as "
                    f"record {r.id}; {ident}.")
     out.append("The relays forwarded the records to me unchanged, each in a message of its own.")
