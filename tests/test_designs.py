@@ -156,6 +156,57 @@ def test_no_known_bad_grammar_in_any_request(bank):
     assert not [p for r in more for p in cue_fidelity.grammar_problems(r.user)]
 
 
+def test_constraint_checkers_pass_on_the_bank_and_catch_faults(bank):
+    """The checks issue 23 added to cue_fidelity: balanced structure (every graph of every source-count
+    and topology world against the world without its axis), order pairs and appendices; each with a
+    negative control."""
+    import dataclasses
+    worlds, _ = bank
+    n = 0
+    for w in (w for w in worlds if w.axis in ("source-count", "graph-topology")):
+        base_w = dataclasses.replace(w, axis=None, axis_variant=None)
+        for g, base in zip(_graphs(w), _graphs(base_w)):
+            assert cue_fidelity.structure_problems(g, base) == [], (w.world_id, cue_fidelity.structure_problems(g, base))
+            n += 1
+    assert n == 48 * 22
+    w = next(w for w in worlds if w.axis_variant == "4-sources")
+    g = cue_bank.history_graph(w, "HL")
+    base = cue_bank.history_graph(dataclasses.replace(w, axis=None, axis_variant=None), "HL")
+    for_a_only = dataclasses.replace(g, records=[dataclasses.replace(r, state="A") if r.extra else r for r in g.records])
+    five = dataclasses.replace(g, sources=g.sources + [cue_bank.SourceNode("O5", 7)])
+    moved = dataclasses.replace(g, messages=g.messages[1:] + g.messages[:1])
+    for bad in (for_a_only, five, moved):
+        assert cue_fidelity.structure_problems(bad, base)
+    # order pairs: the same lines, unless a receipt stamp follows the text position
+    a, b = (cue_render.render_graph(cue_bank.order_time_graph(w, o, "12"), "incident log") for o in "AB")
+    assert cue_fidelity.order_problems(a, b) == []
+    stamp = lambda t: t.replace("MESSAGE 1:", "MESSAGE 1 (first in):", 1)  # noqa: E731
+    assert cue_fidelity.order_problems(stamp(a), b) and cue_fidelity.order_problems(stamp(a), stamp(b))
+    # appendices: one Sham per block of whole distinct rows, the same appendix for both verified states
+    reqs = cue.world_requests(worlds[3], list(cue.INTERVENTIONS))
+    assert cue_fidelity.appendix_problems(reqs) == []
+    hl = next(r for r in reqs if (r.intervention, r.condition) == ("C1", "HL")).user
+    row = next(r for r in cue.SHAM_ROWS if r in hl)
+    other = next(r for r in cue.SHAM_ROWS if r not in hl)
+    swap_arm = [dataclasses.replace(r, user=r.user.replace(row, other)) if (r.intervention, r.condition) ==
+                ("C1", "HL") and row in r.user else r for r in reqs]
+    repeated = [dataclasses.replace(r, user=r.user.replace(row, row + "\n" + row)) if r.intervention == "C1" else r
+                for r in reqs]
+    cut = [dataclasses.replace(r, user=r.user.replace(row, row.rsplit(" | ", 1)[0])) if r.intervention == "C1" else r
+           for r in reqs]
+    ver = [dataclasses.replace(r, user=r.user.replace("Evidence ledger", "Evidence  ledger"))
+           if (r.intervention, r.condition) == ("C3", "verified=B") else r for r in reqs]
+    def overstate(user):  # the ledger (only) states the full code of a limited record
+        head, ledger = user.split("Evidence ledger", 1)
+        return head + "Evidence ledger" + ledger.replace(cue_render.partial_code(worlds[3].entity_code),
+                                                         worlds[3].entity_code)
+    full = [dataclasses.replace(r, user=overstate(r.user)) if r.intervention == "C3" and "limited" in r.condition
+            else r for r in reqs]
+    for what, bad in {"different Sham in one arm": swap_arm, "repeated row": repeated, "cut row": cut,
+                      "verified appendices differ": ver, "ledger states the full code": full}.items():
+        assert bad != reqs and cue_fidelity.appendix_problems(bad), what
+
+
 def test_structural_axes_change_the_graph(bank):
     worlds, _ = bank
     seen = collections.Counter()

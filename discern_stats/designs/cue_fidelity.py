@@ -223,10 +223,12 @@ def structure_problems(g: EvidenceGraph, base: EvidenceGraph) -> list[str]:
     return out
 
 
-def split_appendix(c0_user: str, user: str) -> str:
-    """What an intervention appends between the C0 context and the question."""
+def split_appendix(c0_user: str, user: str) -> str | None:
+    """What an intervention appends between the C0 context and the question (None: ``user`` does not
+    start with the C0 context or end with its question)."""
     context, question = c0_user.rsplit("\n\n", 1)
-    assert user.startswith(context + "\n\n") and user.endswith("\n\n" + question)
+    if not (user.startswith(context + "\n\n") and user.endswith("\n\n" + question)):
+        return None
     return user[len(context) + 2:len(user) - len(question) - 2]
 
 
@@ -271,7 +273,9 @@ def _appendices(reqs: list[Any]) -> tuple[dict[tuple[str, str], Any], Appendices
     c0 = {(r.track, r.condition): r for r in reqs if r.intervention == "C0" and r.probe == "P4"}
     app: Appendices = collections.defaultdict(dict)
     for r in (r for r in reqs if r.intervention != "C0" and r.probe == "P4"):
-        app[r.intervention][(r.track, r.condition)] = split_appendix(c0[(r.track, r.condition)].user, r.user)
+        # a context that differs from C0 is kept whole, so it differs from every other arm's appendix
+        text = split_appendix(c0[(r.track, r.condition)].user, r.user)
+        app[r.intervention][(r.track, r.condition)] = r.user if text is None else text
     return c0, app
 
 
@@ -301,8 +305,12 @@ def _verified_problems(app: Appendices) -> list[str]:
 
 def appendix_problems(requests: Iterable[Any]) -> list[str]:
     """The C1-C4 appendices of one world's requests (`cue.RenderedRequest`, C0 included)."""
-    c0, app = _appendices(list(requests))
-    return _fact_set_problems(c0, app) + _block_sham_problems(app) + _verified_problems(app)
+    reqs = list(requests)
+    c0, app = _appendices(reqs)
+    changed = [f"{r.intervention} {r.condition}: the context or question differs from its C0 request" for r in reqs
+               if r.intervention != "C0" and r.probe == "P4"
+               and split_appendix(c0[(r.track, r.condition)].user, r.user) is None]
+    return changed + _fact_set_problems(c0, app) + _block_sham_problems(app) + _verified_problems(app)
 
 
 # ---------------------------------------------------------------- grammar and wording
