@@ -194,14 +194,19 @@ def _sham_gap(length: tuple[float, ...], lo: tuple[float, ...], hi: tuple[float,
     return max(max(x / a - 1, 1 - x / b) for x, a, b in zip(length, lo, hi))
 
 
-def _improve(chosen: list[int], order: list[int], gap: Callable[[list[int]], float]) -> list[int]:
-    """Local search: the single addition, removal or swap of a row that lowers ``gap`` most, until none does."""
+def _improve(chosen: list[int], order: list[int], gap: Callable[[tuple[float, ...]], float]) -> list[int]:
+    """Local search: the single addition, removal or swap of a row that lowers ``gap`` of the Sham's
+    lengths (`sham_length`) most, until none does. A row adds its tokens and one newline."""
+    row = [tuple(t + 1 for t in SHAM_ROW_TOKENS[r]) for r in range(len(SHAM_ROWS))]
     while True:
+        total = sham_length(chosen)
         rest = [r for r in order if r not in chosen]
-        moves = ([chosen + [r] for r in rest] + [[c for c in chosen if c != x] for x in chosen]
-                 + [[r if c == x else c for c in chosen] for x in chosen for r in rest])
-        best = min(moves, key=gap, default=chosen)
-        if gap(best) >= gap(chosen):
+        moves = ([(tuple(a + b for a, b in zip(total, row[r])), chosen + [r]) for r in rest]
+                 + [(tuple(a - b for a, b in zip(total, row[x])), [c for c in chosen if c != x]) for x in chosen]
+                 + [(tuple(a - b + c for a, b, c in zip(total, row[x], row[r])),
+                     [r if c == x else c for c in chosen]) for x in chosen for r in rest])
+        length, best = min(moves, key=lambda m: gap(m[0]), default=(total, chosen))
+        if gap(length) >= gap(total):
             return chosen
         chosen = best
 
@@ -220,7 +225,7 @@ def render_sham(ledger_lengths: list[tuple[float, ...]], seed: int) -> str:
     for r in order:
         if sham_length(chosen + [r])[0] <= (lo[0] + hi[0]) / 2:
             chosen.append(r)
-    chosen = _improve(chosen, order, lambda rows: _sham_gap(sham_length(rows), lo, hi))
+    chosen = _improve(chosen, order, lambda length: _sham_gap(length, lo, hi))
     return "\n".join([SHAM_TITLE, SHAM_HEADER] + [SHAM_ROWS[r] for r in order if r in chosen])
 
 
