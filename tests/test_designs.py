@@ -100,43 +100,111 @@ def test_every_rendering_carries_its_graph(bank):
     assert n == 500 * 22 * 11
 
 
+def _line(text, pred):
+    return next(i for i, ln in enumerate(text.splitlines()) if pred(ln))
+
+
+def _garble(text, i, old, new):
+    """``text`` with ``old`` replaced by ``new`` on line ``i`` only."""
+    lines = text.splitlines()
+    assert old in lines[i], (old, lines[i])
+    lines[i] = lines[i].replace(old, new)
+    return "\n".join(lines)
+
+
 def test_fidelity_checker_catches_dropped_and_garbled_cues(bank):
+    """Negative control: every kind of damage to one line is caught, in each of the 11 surfaces."""
     worlds, _ = bank
     w = worlds[7]
     g = cue_bank.factorial_graph(w, "HH", "limited", "separate")
+    code, part = w.entity_code, cue_render.partial_code(w.entity_code)
     for fmt in list(cue_render.RENDERERS) + [cue_render.NATURALIZED]:
         text = cue_render.render_graph(g, fmt)
         assert cue_fidelity.check_rendering(g, text) == []
         lines = text.splitlines()
-        msg = next(i for i, ln in enumerate(lines) if "message 2" in ln.lower())
+        msg = _line(text, lambda ln: "message 2" in ln.lower())
+        first = _line(text, lambda ln: "message 1" in ln.lower())
+        hist = _line(text, lambda ln: "O2" in ln and "7 of 8" in ln)
+        rec = _line(text, lambda ln: "e2" in ln and "message" not in ln.lower())
         garbles = {
             "dropped message": "\n".join(lines[:msg] + lines[msg + 1:]),
-            "wrong history": text.replace("7 of 8 reports by O2", "4 of 8 reports by O2"),
-            "wrong record": text.replace("cites record e2", "cites record e1"),
-            "wrong value": lines[msg].join([text.split(lines[msg])[0], text.split(lines[msg])[1]]).replace(
-                f"was {w.value_b}", f"was {w.value_a}"),
-            "quality lost": text.replace(cue_render.partial_code(w.entity_code), w.entity_code),
-            "verification leaked": text + f"\nTrusted target-time verification (14:00): the {w.attr} of {w.entity} "
+            "wrong history": _garble(text, hist, "7 of 8", "4 of 8"),
+            "wrong record": _garble(text, msg, "e2", "e1"),
+            "wrong value": _garble(text, msg, w.value_b, w.value_a),
+            "wrong event time": _garble(text, rec, "12:00", "08:00"),
+            "quality lost in the record": _garble(text, rec, part, code),
+            "relay states more than its record holds": _garble(text, msg, part, code),
+            "per-position receipt stamp": _garble(text, msg, "12:00", "12:00 (received 13:05)"),
+            "verification leaked": text + f"\nTrusted target-time verification at 14:00: the {w.attr} of {w.entity} "
                                           f"was {w.value_b}.",
-            "order swapped": "\n".join(lines[:msg - 1] + [lines[msg], lines[msg - 1]] + lines[msg + 1:])
-            if "message 1" in lines[msg - 1].lower() else None,
+            "order swapped": "\n".join(lines[:first] + [lines[msg], lines[first]] + lines[msg + 1:])
+            if msg == first + 1 else None,
         }
         for what, bad in garbles.items():
             if bad is not None:
-                assert cue_fidelity.check_rendering(g, bad), (fmt, what)
+                assert bad != text and cue_fidelity.check_rendering(g, bad), (fmt, what)
 
 
 def test_no_known_bad_grammar_in_any_request(bank):
+    """The grammar scan finds nothing in the 24,000 C0 requests nor in every world's C1-C4 requests
+    of every 10th world (the scan's classes and their fixtures: tests/test_stimuli.py)."""
     _, reqs = bank
     problems = [(r.world_id, r.condition, p) for r in reqs for p in cue_fidelity.grammar_problems(r.user)]
     assert problems == [], problems[:5]
-    more = [r for w in bank[0][::25] for r in cue.world_requests(w, list(cue.INTERVENTIONS)[1:])]
+    more = [r for w in bank[0][::10] for r in cue.world_requests(w, list(cue.INTERVENTIONS)[1:])]
+    assert len(more) == 50 * 80
     assert not [p for r in more for p in cue_fidelity.grammar_problems(r.user)]
-    # the scanner finds the patterns the first bank had
-    for bad in ["Message 1 (from relay R1 via a second faithful relay, a faithful relay) cites record e1.",
-                "Message 2 (from O1 (relaying the record directly), a faithful relay) cites record e2.",
-                "the the record", "it has not been adopted..", "a interim record", "{entity} was moved"]:
-        assert cue_fidelity.grammar_problems(bad), bad
+
+
+def test_constraint_checkers_pass_on_the_bank_and_catch_faults(bank):
+    """The checks issue 23 added to cue_fidelity: balanced structure (every graph of every source-count
+    and topology world against the world without its axis), order pairs and appendices; each with a
+    negative control."""
+    import dataclasses
+    worlds, _ = bank
+    n = 0
+    for w in (w for w in worlds if w.axis in ("source-count", "graph-topology")):
+        base_w = dataclasses.replace(w, axis=None, axis_variant=None)
+        for g, base in zip(_graphs(w), _graphs(base_w)):
+            assert cue_fidelity.structure_problems(g, base) == [], (w.world_id, cue_fidelity.structure_problems(g, base))
+            n += 1
+    assert n == 48 * 22
+    w = next(w for w in worlds if w.axis_variant == "4-sources")
+    g = cue_bank.history_graph(w, "HL")
+    base = cue_bank.history_graph(dataclasses.replace(w, axis=None, axis_variant=None), "HL")
+    for_a_only = dataclasses.replace(g, records=[dataclasses.replace(r, state="A") if r.extra else r for r in g.records])
+    five = dataclasses.replace(g, sources=g.sources + [cue_bank.SourceNode("O5", 7)])
+    moved = dataclasses.replace(g, messages=g.messages[1:] + g.messages[:1])
+    for bad in (for_a_only, five, moved):
+        assert cue_fidelity.structure_problems(bad, base)
+    # order pairs: the same lines, unless a receipt stamp follows the text position
+    a, b = (cue_render.render_graph(cue_bank.order_time_graph(w, o, "12"), "incident log") for o in "AB")
+    assert cue_fidelity.order_problems(a, b) == []
+    stamp = lambda t: t.replace("MESSAGE 1:", "MESSAGE 1 (first in):", 1)  # noqa: E731
+    assert cue_fidelity.order_problems(stamp(a), b) and cue_fidelity.order_problems(stamp(a), stamp(b))
+    # appendices: one Sham per block of whole distinct rows, the same appendix for both verified states
+    reqs = cue.world_requests(worlds[3], list(cue.INTERVENTIONS))
+    assert cue_fidelity.appendix_problems(reqs) == []
+    hl = next(r for r in reqs if (r.intervention, r.condition) == ("C1", "HL")).user
+    row = next(r for r in cue.SHAM_ROWS if r in hl)
+    other = next(r for r in cue.SHAM_ROWS if r not in hl)
+    swap_arm = [dataclasses.replace(r, user=r.user.replace(row, other)) if (r.intervention, r.condition) ==
+                ("C1", "HL") and row in r.user else r for r in reqs]
+    repeated = [dataclasses.replace(r, user=r.user.replace(row, row + "\n" + row)) if r.intervention == "C1" else r
+                for r in reqs]
+    cut = [dataclasses.replace(r, user=r.user.replace(row, row.rsplit(" | ", 1)[0])) if r.intervention == "C1" else r
+           for r in reqs]
+    ver = [dataclasses.replace(r, user=r.user.replace("Evidence ledger", "Evidence  ledger"))
+           if (r.intervention, r.condition) == ("C3", "verified=B") else r for r in reqs]
+    def overstate(user):  # the ledger (only) states the full code of a limited record
+        head, ledger = user.split("Evidence ledger", 1)
+        return head + "Evidence ledger" + ledger.replace(cue_render.partial_code(worlds[3].entity_code),
+                                                         worlds[3].entity_code)
+    full = [dataclasses.replace(r, user=overstate(r.user)) if r.intervention == "C3" and "limited" in r.condition
+            else r for r in reqs]
+    for what, bad in {"different Sham in one arm": swap_arm, "repeated row": repeated, "cut row": cut,
+                      "verified appendices differ": ver, "ledger states the full code": full}.items():
+        assert bad != reqs and cue_fidelity.appendix_problems(bad), what
 
 
 def test_structural_axes_change_the_graph(bank):
@@ -196,40 +264,41 @@ def test_option_letters_are_counterbalanced_and_gold_maps_to_state(bank):
 
 def test_no_gold_leak_outside_verified(bank):
     worlds, reqs = bank
+
+    def verification_lines(text):
+        return [ln for ln in text.splitlines() if "target-time verification" in ln.lower() and "14:00" in ln]
+
     for r in reqs:
-        has_verification = "target-time verification (14:00)" in r.user.lower()
-        assert has_verification == (r.track == "verified"), (r.track, r.condition)
+        assert bool(verification_lines(r.user)) == (r.track == "verified"), (r.track, r.condition)
         if r.track in ("factorial", "swap", "competition"):
             assert r.gold is None
     w = worlds[0]
     for r in (r for r in reqs if r.world_id == w.world_id and r.track == "verified"):
         state = r.condition.split("=")[1]
         assert r.options[r.gold] == state
-        line = next(ln for ln in r.user.splitlines() if "target-time verification (14:00)" in ln.lower())
-        assert line.endswith(f"was {w.value_a if state == 'A' else w.value_b}.")
+        (line,) = verification_lines(r.user)
+        assert w.value(state) in line and w.value("B" if state == "A" else "A") not in line
 
 
 def test_interventions_flat_and_ledger_from_one_fact_set_and_sham_length():
     w = cue.build_worlds(0)[5]
     rs = cue.world_requests(w, cue.INTERVENTIONS)
     assert len(rs) == 48 + 4 * 20
+    assert cue_fidelity.appendix_problems(rs) == []  # one Sham per block, length-matched, same for both verified
     by = collections.defaultdict(dict)
     for r in rs:
         if r.track != "representation":
             by[(r.track, r.condition)][r.intervention] = r.user
     for key, d in by.items():
-        context = d["C0"].rsplit("\n\nAt 14:00", 1)[0]
-
         def block(iv):  # what the intervention appends to the context
-            assert d[iv].startswith(context + "\n\n")
-            return d[iv][len(context) + 2:].rsplit("\n\nAt 14:00", 1)[0]
-        ledger, sham = block("C3"), block("C1")
-        assert abs(count_tokens(sham) - count_tokens(ledger)) <= 0.10 * count_tokens(ledger), key
+            return cue_fidelity.split_appendix(d["C0"], d[iv])
+        ledger, flat = block("C3"), block("C2")
         assert block("C4").startswith(ledger) and "Weighting rule" in block("C4")
-        flat = block("C2")
-        # every history and record of the ledger is restated in the prose
-        for src, hist, recs in re.findall(r"^(O\d) \| (\d)/8 \| ([^|]+?) ", ledger, re.M):
-            assert f"{src} has a history in which {hist} of 8" in flat
+        # every source of the ledger, with its history, is restated in the prose
+        rows = re.findall(r"^(O\d) \| (\d)/8 \| ", ledger, re.M)
+        assert rows and len(rows) == len(flat.splitlines()) - 1
+        for src, hist in rows:
+            assert f"{src} matched trusted verification in {hist} of 8 earlier cases" in flat
         if key[0] == "verified":
             assert "verification" not in ledger.lower().replace("verified history", "")
 

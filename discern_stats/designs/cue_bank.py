@@ -8,21 +8,35 @@ letters are counterbalanced separately (AB / BA order), so letters never encode 
 An evidence graph holds: original sources (observers) with their verified 8-case histories;
 records (who made them, which state, about which event time, received when, how identifiable);
 final messages (which record each cites, through which path of relays); one background event;
-and, on verified branches only, the trusted 14:00 verification.
+and, on verified branches only, the trusted 14:00 verification. Every record and message is
+received at 13:00 (seed 001 C.4: "later evidence describing 12:00, received at 13:00"), whatever
+its place in the text, so text order never carries receipt order.
+
+The report-structure block (seed 001 C.7) keeps its third source O3 (B's history) on file in
+all four steps; only the separate-roots step gives O3 a record. So every step shows the same
+sources, and the lineage step changes only whether B's second message cites a second record
+(A.1: "varying only whether they share a single underlying evidence record").
 
 The five structural axes (seed 001 B.5, `core.vocab.STRUCTURAL_AXES`) change the graph itself,
-identically in both arms of every contrast, so a contrast still differs only in its cue:
+identically in both arms of every contrast, so a contrast still differs only in its cue. The
+structure they add is balanced between the two states: a 4-variant adds one piece for A and one
+for B; a 3-variant adds one, for A in 6 and for B in the other 6 worlds of the variant
+(``WorldSpec.extra_state``). Added records and messages are flagged ``extra``.
 
-- source-count: a third (and fourth) original source with its own history, record and message.
-  Their records describe the state at 10:00 and agree with the trusted initial record, so they
-  corroborate the past and say nothing about the contrast.
-- graph-topology: 3 or 4 final messages are mapped onto the records. In factorial contexts the
-  extra messages cite the reporting records in turn (the shared arm cites its one record again),
-  so both arms of I show the same number of messages; in conflict contexts they cite A's record.
+- source-count: every graph shows exactly 3 or 4 original sources. The added sources
+  (history 7/8 each) make a record of the state they support, describing the time that state's
+  own record describes, and a message relays it.
+- graph-topology: 1 or 2 messages are added to every graph (so the two-message contexts show
+  exactly 3 or 4; the report-structure steps keep their own extra messages on top), each citing
+  the record of the state it supports. Factorial and verified contexts have only B's records
+  (all current reports say B, by design), so there the added messages cite those in turn.
 - dependency-pattern: every relay path passes through one shared archival desk, or each through
   its own.
 - relay-chain-length: each message travels a chain of 2 or 3 faithful relays.
 - role-configuration: each record is first passed on by its own observer, or by another observer.
+
+Added messages come after the messages of the context (A's added message first when there are
+two, counterbalanced by ``extra_state``) and keep their place in both arms of an order contrast.
 """
 
 from __future__ import annotations
@@ -51,6 +65,9 @@ RELATIONS: dict[str, tuple[str, str, str, list[tuple[str, str]]]] = {
     "state": ("operating state", "pump unit", "ST", [("running", "idle"), ("online", "paused")]),
     "version": ("deployed version", "firmware image", "VR", [("version 4.2", "version 4.3"), ("build 17", "build 18")]),
 }
+# candidate values that a sentence needs "the" before (options show them bare: "A. upper cabinet")
+ARTICLE_VALUES = frozenset({"upper cabinet", "lower cabinet", "morning slot", "evening slot", "vault clerk",
+                            "duty officer"})
 DOMAINS = ["agriculture", "community centers", "construction", "event planning", "facilities", "fleet operations",
            "homes", "hotels", "IT operations", "libraries", "makerspaces", "manufacturing", "media production",
            "offices", "research laboratories", "restaurants", "retail", "schools", "shipping",
@@ -64,29 +81,33 @@ QUALITY_REALIZATIONS = {
     "document": ("a scanned document", "the document"),
     "audio": ("an audio recording", "the recording"),
 }
-# seed 001 B.5: background events (kind -> (time, text)); none verifies the target-time state
+# seed 001 B.5: background events (kind -> (time, what happened at that time today)); none verifies the
+# target-time state. Each is something done or noted at its time, so the time and the content agree.
 BACKGROUNDS: dict[str, tuple[str, str]] = {
-    "alias-binding": ("09:20", "{entity} is also listed under the alias {code}-ALT in older files; the alias and the "
-                               "code name the same {noun}."),
-    "conditional-release": ("09:40", "a release of {entity} was planned on condition of a sign-off; no sign-off is on "
-                                     "file, so the release is not known to have happened."),
-    "historical-return": ("09:10", "{entity} was returned once last month and re-registered the same day under the "
-                                   "same code."),
-    "parallel-entity": ("09:30", "a similar {noun} with code {code}X exists at another site; it is not the target of "
-                                 "this case."),
-    "planned-vs-effective": ("09:50", "a change of the {attr} of {entity} was planned for next week; planned changes "
-                                      "are not yet effective."),
-    "unadopted-proposal": ("09:15", "a proposal to change the {attr} of {entity} was filed; it has not been adopted."),
-    "scope-copy": ("09:25", "a copy of the register for another site lists entries that do not apply to {entity}."),
-    "single-change": ("09:05", "the register allows at most one change of the {attr} of {entity} per day."),
-    "supersession-chain": ("09:35", "an earlier request form for {entity} was superseded by a later form, which was "
-                                    "itself superseded the same week."),
-    "temporary-state": ("09:45", "temporary holds may have applied to {entity} for short intervals during the day; "
-                                 "none is recorded for today."),
+    "alias-binding": ("09:20", "the register confirmed that {entity} is also listed under the alias {code}-ALT in "
+                               "older files, and that the alias and the code name the same {noun}"),
+    "conditional-release": ("09:40", "a release of {entity} was planned on condition of a sign-off; no sign-off "
+                                     "has been filed, so the release is not known to have happened"),
+    "historical-return": ("09:10", "the register noted that {entity} had been returned once last month and "
+                                   "re-registered under the same code the same day"),
+    "parallel-entity": ("09:30", "a similar {noun} with the code {code}X was logged at another site; it is not "
+                                 "the target of this case"),
+    "planned-vs-effective": ("09:50", "a change to the {attr} of {entity} was scheduled for next week; a scheduled "
+                                      "change does not take effect before its date"),
+    "unadopted-proposal": ("09:15", "a proposal to change the {attr} of {entity} was filed; it has not been "
+                                    "adopted"),
+    "scope-copy": ("09:25", "a copy of another site's register arrived; its entries do not apply to {entity}"),
+    "single-change": ("09:05", "the register's rule was restated: the {attr} of {entity} can change at most once "
+                               "a day"),
+    "supersession-chain": ("09:35", "an earlier request form for {entity} turned out to have been superseded by a "
+                                    "later form, which a third form had superseded in turn"),
+    "temporary-state": ("09:45", "the register noted that short temporary holds can apply to {entity}; none has "
+                                 "been recorded today"),
 }
 NAMES = ["O1", "O2"]
 INITIAL_TIME, RECEIVED_TIME, VERIFICATION_TIME = "10:00", "13:00", "14:00"
-EXTRA_HISTORIES = (5, 6)  # verified matches of the third and fourth source in source-count worlds
+EXTRA_HISTORY = 7  # verified matches of every source added by the source-count axis (the same for A's and B's)
+EXTRA_RELAYS = ("R4", "R5")  # relays of added messages (R1: A's message, R2/R3: B's, as in every world)
 H, L = HISTORY_LEVELS["H"], HISTORY_LEVELS["L"]
 
 
@@ -108,6 +129,9 @@ class WorldSpec:
     entity_code: str
     value_a: str
     value_b: str
+    # structural worlds: the state the single added source/message of a 3-variant supports (and the state
+    # of the first added one of a 4-variant); 6 'A' and 6 'B' per axis variant (None outside Structural)
+    extra_state: str | None = None
 
     @property
     def attr(self) -> str:
@@ -122,7 +146,24 @@ class WorldSpec:
         return f"{self.noun} {self.entity_code}"
 
     def value(self, state: str) -> str:
+        """The candidate value as an option shows it ("upper cabinet")."""
         return self.value_a if state == "A" else self.value_b
+
+    def value_phrase(self, state: str) -> str:
+        """The value as a sentence says it, with the article English needs ("the upper cabinet")."""
+        v = self.value(state)
+        return f"the {v}" if v in ARTICLE_VALUES else v
+
+    def option_states(self) -> list[str]:
+        """The states in the world's option order (candidates are always listed in this order)."""
+        return ["A", "B"] if self.option_order == "AB" else ["B", "A"]
+
+    def extra_states(self) -> list[str]:
+        """The states of the sources/messages a 3- or 4-variant adds, in the order they are added."""
+        if self.axis not in ("source-count", "graph-topology"):
+            return []
+        other = "B" if self.extra_state == "A" else "A"
+        return [self.extra_state, other][:int(self.axis_variant[0]) - 2]
 
     def to_row(self) -> dict[str, Any]:
         from ..store.db import dumps
@@ -184,6 +225,13 @@ def build_worlds(seed: int = 0, n_worlds: int | None = None) -> list[WorldSpec]:
                                 domain=domains[i], discourse_format=formats[i], quality_realization=qual[i],
                                 background=bg[i], axis=axis, axis_variant=variant, option_order=order[i],
                                 shared_root_owner=owner[i], entity_code=code, value_a=a, value_b=b))
+    # the state of the added structure: 6 A / 6 B within each axis variant, from its own stream so that
+    # adding it left every other draw of the bank as it was
+    xrng = random.Random(f"extra-state-{seed}")
+    for variant in (v for vs in STRUCTURAL_AXES.values() for v in vs):
+        mine = [w for w in worlds if w.axis_variant == variant]
+        for w, st in zip(mine, _balanced(xrng, ["A", "B"], len(mine))):
+            w.extra_state = st
     if n_worlds is not None and n_worlds < total:
         # keep the strata mix: take the first worlds of each stratum in proportion
         by = {s: [w for w in worlds if w.stratum == s] for s in STRATA}
@@ -215,6 +263,7 @@ class RecordNode:
     event_time: str
     received: str = RECEIVED_TIME
     quality: str = "clear"  # 'clear' | 'limited' (part of the identifier unavailable)
+    extra: bool = False  # added by the source-count axis (the same in every arm of a contrast)
 
 
 @dataclass(frozen=True)
@@ -227,6 +276,7 @@ class MessageNode:
     relay: str
     path: tuple[str, ...]
     repeat: bool = False
+    extra: bool = False  # added by the source-count or topology axis (the same in every arm of a contrast)
 
 
 @dataclass
@@ -280,14 +330,13 @@ def _other(name: str) -> str:
     return "O2" if name == "O1" else "O1"
 
 
-def _record_id(records: list[RecordNode]) -> str:
-    return f"e{max(int(r.id[1:]) for r in records) + 1}"
+Msg = tuple[str, str, bool, bool]  # (record id, delivering relay, verbatim repeat, added by an axis)
 
 
-def _paths(w: WorldSpec, records: dict[str, RecordNode], msgs: list[tuple[str, str, bool]]) -> list[MessageNode]:
+def _paths(w: WorldSpec, records: dict[str, RecordNode], msgs: list[Msg]) -> list[MessageNode]:
     """Message nodes with their relay paths (dependency, chain length and role axes)."""
     out = []
-    for k, (rid, relay, repeat) in enumerate(msgs):
+    for rid, relay, repeat, extra in msgs:
         path: list[str] = []
         if w.axis_variant == "self-relay":
             path.append(records[rid].observer)
@@ -299,25 +348,33 @@ def _paths(w: WorldSpec, records: dict[str, RecordNode], msgs: list[tuple[str, s
             path.append(f"archive desk D{relay[1:]}")
         chain = {"2-relays": 2, "3-relays": 3}.get(w.axis_variant or "", 1)
         path.extend([f"T{relay[1:]}", f"S{relay[1:]}", relay][-chain:])  # the relay R<k> delivers
-        out.append(MessageNode(rid, relay, tuple(path), repeat))
+        out.append(MessageNode(rid, relay, tuple(path), repeat, extra))
     return out
 
 
-def _finish(w: WorldSpec, sources: list[SourceNode], records: list[RecordNode], msgs: list[tuple[str, str, bool]],
-            *, extra_targets: list[str], verified: str | None = None) -> EvidenceGraph:
-    """Apply the source-count and topology axes, then the path axes, and build the graph."""
-    if w.axis_variant in ("3-sources", "4-sources"):
-        for k in range(int(w.axis_variant[0]) - 2):
-            name = f"O{len(sources) + 1}"
-            sources = sources + [SourceNode(name, EXTRA_HISTORIES[k])]
-            rid = _record_id(records)
-            records = records + [RecordNode(rid, name, "A", INITIAL_TIME)]
-            msgs = msgs + [(rid, f"R{len(msgs) + 1}", False)]
-    if w.axis_variant in ("3-messages", "4-messages"):
-        for k in range(int(w.axis_variant[0]) - 2):
-            msgs = msgs + [(extra_targets[k % len(extra_targets)], f"R{len(msgs) + 1}", False)]
+def _finish(w: WorldSpec, sources: list[SourceNode], records: list[RecordNode], a_msgs: list[Msg],
+            b_msgs: list[Msg], *, time: dict[str, str], cites: dict[str, list[str]], b_first: bool = False,
+            verified: str | None = None) -> EvidenceGraph:
+    """Add the source-count and topology structure (module docstring), put the messages in text
+    order (B's block first when ``b_first``, then the added ones), apply the path axes.
+    ``time``: the event time each state's records describe; ``cites``: the records an added
+    message of each state may cite, in turn."""
+    records, sources, added = list(records), list(sources), []
+    if w.axis == "source-count":
+        for st in w.extra_states()[:int(w.axis_variant[0]) - len(sources)]:
+            k = len(sources) + 1
+            sources.append(SourceNode(f"O{k}", EXTRA_HISTORY))
+            records.append(RecordNode(f"e{k}", f"O{k}", st, time[st], extra=True))
+            added.append((f"e{k}", EXTRA_RELAYS[len(added)], False, True))
+    elif w.axis == "graph-topology":
+        for st in w.extra_states():
+            pool = cites[st] or cites["A"] + cites["B"]  # no record of that state: cite the others in turn
+            turn = sum(1 for m in added if m[0] in pool)
+            added.append((pool[turn % len(pool)], EXTRA_RELAYS[len(added)], False, True))
+    msgs = (b_msgs + a_msgs if b_first else a_msgs + b_msgs) + added
     by_id = {r.id: r for r in records}
-    return EvidenceGraph(w, sources, records, _paths(w, by_id, msgs), verified, w.background)
+    return EvidenceGraph(w, sorted(sources, key=lambda s: int(s.name[1:])), sorted(records, key=lambda r: r.id),
+                         _paths(w, by_id, msgs), verified, w.background)
 
 
 def factorial_graph(w: WorldSpec, R: str, Q: str, I: str) -> EvidenceGraph:
@@ -328,36 +385,38 @@ def factorial_graph(w: WorldSpec, R: str, Q: str, I: str) -> EvidenceGraph:
     sources = [SourceNode("O1", k), SourceNode("O2", k)]
     if I == "separate":
         records = [RecordNode("e1", "O1", "B", "12:00", quality=Q), RecordNode("e2", "O2", "B", "12:00", quality=Q)]
-        msgs = [("e1", "R1", False), ("e2", "R2", False)]
+        msgs = [("e1", "R1", False, False), ("e2", "R2", False, False)]
     else:
         e = "e1" if owner == "O1" else "e2"
         records = [RecordNode(e, owner, "B", "12:00", quality=Q)]
-        msgs = [(e, "R1", False), (e, "R2", False)]
-    return _finish(w, sources, records, msgs, extra_targets=[r.id for r in records])
+        msgs = [(e, "R1", False, False), (e, "R2", False, False)]
+    return _finish(w, sources, records, [], msgs, time={"A": "12:00", "B": "12:00"},
+                   cites={"A": [], "B": [r.id for r in records]})
 
 
 def conflict_graph(w: WorldSpec, hist_a: int, hist_b: int, *, time_b: str = "12:00", time_a: str = "12:00",
-                   b_first: bool = False, structure: str = "single") -> EvidenceGraph:
+                   b_first: bool = False, structure: str | None = None) -> EvidenceGraph:
     """A's and B's reports conflict (swap, order x time, report structure): A's observer
-    alternates with the shared-root owner; B's message comes first when ``b_first``."""
+    alternates with the shared-root owner; B's message comes first when ``b_first``. In the
+    report-structure block (``structure``, one of STRUCTURE_STEPS) B's second root O3 is on file
+    in every step and makes a record only in the separate-roots step."""
     oa = w.shared_root_owner
     ob = _other(oa)
     ea, eb = ("e1", "e2") if oa == "O1" else ("e2", "e1")
-    records = sorted([RecordNode(ea, oa, "A", time_a), RecordNode(eb, ob, "B", time_b)], key=lambda r: r.id)
-    hist = {oa: hist_a, ob: hist_b}
-    b_msgs = [(eb, "R2", False)]
+    records = [RecordNode(ea, oa, "A", time_a), RecordNode(eb, ob, "B", time_b)]
+    sources = [SourceNode(oa, hist_a), SourceNode(ob, hist_b)]
+    b_msgs: list[Msg] = [(eb, "R2", False, False)]
+    if structure is not None:
+        sources.append(SourceNode("O3", hist_b))
     if structure == "repeated":
-        b_msgs.append((eb, "R2", True))
+        b_msgs.append((eb, "R2", True, False))
     elif structure == "two-speakers":
-        b_msgs.append((eb, "R3", False))
+        b_msgs.append((eb, "R3", False, False))
     elif structure == "separate-roots":
         records.append(RecordNode("e3", "O3", "B", time_b))
-        hist["O3"] = hist_b
-        b_msgs.append(("e3", "R3", False))
-    a_msgs = [(ea, "R1", False)]
-    msgs = b_msgs + a_msgs if b_first else a_msgs + b_msgs
-    sources = [SourceNode(o, h) for o, h in sorted(hist.items())]
-    return _finish(w, sources, records, msgs, extra_targets=[ea])
+        b_msgs.append(("e3", "R3", False, False))
+    return _finish(w, sources, records, [(ea, "R1", False, False)], b_msgs, b_first=b_first,
+                   time={"A": time_a, "B": time_b}, cites={"A": [ea], "B": [eb]})
 
 
 def order_time_graph(w: WorldSpec, order: str, time: str) -> EvidenceGraph:

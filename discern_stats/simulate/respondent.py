@@ -96,10 +96,12 @@ def text_key(text: str) -> str:
 
 
 def current_messages(facts: dict[str, Any]) -> tuple[dict[str, dict[str, Any]], list[dict[str, Any]]]:
-    """(records by id, the messages about the current state): records that describe the trusted
-    initial record's time restate it and carry no cue (the extra sources of source-count worlds)."""
+    """(records by id, the messages that carry the condition's cues): the structure a structural
+    axis adds is the same in every arm and is left out (messages flagged ``extra``; in facts planned
+    before that flag, the added records describe the trusted initial record's time)."""
     recs = {r["id"]: r for r in facts["records"]}
-    return recs, [m for m in facts["messages"] if recs[m["record"]]["event_time"] != facts["initial"]["time"]]
+    return recs, [m for m in facts["messages"] if not m.get("extra")
+                  and recs[m["record"]]["event_time"] != facts["initial"]["time"]]
 
 
 def cue_codes_from_facts(facts: dict[str, Any]) -> dict[str, float]:
