@@ -52,7 +52,7 @@ def test_parsers():
     assert parse_integer("7").value == 7 and not parse_integer("9").valid and not parse_integer("seven").valid
     assert parse_number('{"answer": 1.5e3}').value == 1500
     assert not parse_number('Step 1...\n{"answer": "42"}').valid  # prose and a string: lenient only
-    p = parse_number('{"reliability": 0.7, "answer": 3}', want_reliability=True)
+    p = parse_number('{"reliability": 0.7, "justification": "a wire service", "answer": 3}', want_reliability=True)
     assert p.valid and p.rated_reliability == 0.7
     assert not parse_number('{"answer": 3}', want_reliability=True).valid
 
