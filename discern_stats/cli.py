@@ -192,7 +192,7 @@ def db_info(db: Optional[str] = DbOpt, as_json: bool = typer.Option(False, "--js
 
 @import_app.command("items")
 @user_errors
-def import_items(file: Path = typer.Argument(..., help="CSV/parquet with item_id,question,truth[,tags]"),
+def import_items(file: Path = typer.Argument(..., help="CSV/parquet with columns item_id, question, truth; any other column is kept as an item tag"),
                  db: Optional[str] = DbOpt) -> None:
     """Import a Design A item bank (`item_id,question,truth[,tag columns]`).
 
