@@ -63,3 +63,48 @@ def test_inspect_ai_task_end_to_end(sqlite_url, tmp_path):
             assert (rel.rated_reliability == 0.5).all()
             post = next(x for x in recs if x["metadata"]["stage"] == "posterior")
             assert post["prior_reply"] == '{"answer": 100}'
+
+
+def test_harness_replies_parse_as_collect_parses_them(sqlite_url, tmp_path):
+    """Replies from another harness are parsed by the request's own format (runs without inspect_ai):
+    a Defense posterior whose check comes before the JSON on the last line is valid (the prompt asks for
+    that shape), a Reliability posterior without its justification is not, and a letter that was not
+    among the options shown is invalid. Before, the harness parsed every number reply as bare JSON
+    (every Defense posterior invalid) and every letter against A-D."""
+    assert runner.invoke(app, ["design", "cue", "--worlds", "1", "--db", sqlite_url]).exit_code == 0
+    assert runner.invoke(app, ["design", "l2d", "--items", "1", "--strategies", "Reliability,Defense",
+                               "--fictional-sources", "--db", sqlite_url]).exit_code == 0
+    for design in ("cue", "l2d"):
+        stim = tmp_path / f"{design}.jsonl"
+        assert runner.invoke(app, ["export", "stimuli", design, "--out", str(stim), "--db", sqlite_url]).exit_code == 0
+    samples = [json.loads(ln) for ln in (tmp_path / "l2d.jsonl").read_text().splitlines()]
+    bad_source = next(s["metadata"]["source"] for s in samples
+                      if s["metadata"]["stage"] == "posterior" and s["metadata"]["strategy"] == "Reliability")
+    out = []
+    for s in samples:
+        m = s["metadata"]
+        if m["stage"] != "posterior":
+            continue
+        if m["strategy"] == "Defense":
+            reply = 'My previous answer of 100 may be too low.\n{"answer": 120}'
+        elif m["source"] == bad_source:
+            reply = '{"reliability": 0.5, "answer": 120}'  # the justification the prompt asks for is missing
+        else:
+            reply = '{"reliability": 0.5, "justification": "A mixed record.", "answer": 120}'
+        out.append({"id": s["id"], "metadata": m, "reply": reply, "prior_reply": '{"answer": 100}'})
+    (tmp_path / "l2d_replies.jsonl").write_text("\n".join(json.dumps(x) for x in out))
+    t = replies_to_trials(ds.TrialDB(sqlite_url).engine, "l2d", tmp_path / "l2d_replies.jsonl", "other")
+    dfn = t[t.strategy == "Defense"]
+    assert len(dfn) == 30 and dfn.valid.all() and (dfn.posterior == 120).all() and (dfn.prior == 100).all()
+    rel = t[t.strategy == "Reliability"]
+    bad = rel.source == bad_source
+    assert bad.any() and not rel[bad].valid.any() and rel[~bad].valid.all()
+    assert (rel[~bad].rated_reliability == 0.5).all()
+
+    cue = [json.loads(ln) for ln in (tmp_path / "cue.jsonl").read_text().splitlines()]
+    two = [s for s in cue if s["metadata"]["answer_format"] == "letter" and len(s["metadata"].get("options") or {}) == 2]
+    assert two
+    recs = [{"id": s["id"], "metadata": s["metadata"], "reply": '{"answer": "C"}', "prior_reply": None} for s in two]
+    (tmp_path / "cue_replies.jsonl").write_text("\n".join(json.dumps(x) for x in recs))
+    t = replies_to_trials(ds.TrialDB(sqlite_url).engine, "cue", tmp_path / "cue_replies.jsonl", "other")
+    assert len(t) == len(two) and not t.valid.any() and t.choice.isna().all()

@@ -3,7 +3,9 @@ docs/inspect_ai.md) as an interchange table for `discern-stats import trials`.
 
 Input: JSON lines ``{"id", "metadata", "reply", "prior_reply"}`` (docs/inspect_task.py writes
 them), ``metadata`` as exported. Every reply is parsed by the same parsers as `collect`
-(`collect.parsing.parse`); an unparseable reply is kept as an invalid trial, never repaired.
+(`collect.parsing.trial_fields` on the planned request's own format, option letters, strategy and
+stage), so a reply is valid here exactly when it would be valid collected; an unparseable reply is
+kept as an invalid trial, never repaired.
 """
 
 from __future__ import annotations
@@ -17,7 +19,7 @@ from sqlalchemy.engine import Engine
 
 from ..core.errors import InputError
 from ..store.db import Request, Source
-from .parsing import parse
+from .parsing import trial_fields
 
 
 def replies_to_trials(engine: Engine, design: str, path: str | Path, llm: str) -> pd.DataFrame:
@@ -26,18 +28,25 @@ def replies_to_trials(engine: Engine, design: str, path: str | Path, llm: str) -
     if not recs:
         raise InputError("no replies in the file", file=str(path))
     rows = []
+    with engine.connect() as conn:
+        jobs = {r.key: r._asdict() for r in conn.execute(sa.select(
+            Request.key, Request.answer_format, Request.options_json, Request.messages_json, Request.strategy,
+            Request.stage, Request.gold).where(Request.design == design))}
+
+    def parsed(key: str, text: str) -> dict:
+        if key not in jobs:
+            raise InputError(f"reply {key!r} is not a planned {design} request of the database", file=str(path))
+        return trial_fields(jobs[key], text or "")
+
     if design == "cue":
-        with engine.connect() as conn:
-            gold = dict(conn.execute(sa.select(Request.key, Request.gold).where(Request.design == "cue")).all())
         for r in recs:
             m = r["metadata"]
-            p = parse(m["answer_format"], r["reply"])
-            g = gold.get(r["id"])
+            p = parsed(r["id"], r["reply"])
             rows.append({"llm": llm, **{k: m[k] for k in ("intervention", "world_id", "stratum", "track", "probe",
                                                          "condition")},
-                         "answer": p.answer, "valid": p.valid,
-                         "choice": (m.get("options") or {}).get(p.answer) if p.valid and m["answer_format"] == "letter"
-                         else None, "correct": (p.answer == g) if p.valid and g is not None else None})
+                         "answer": p["answer"] if p["valid"] else None, "valid": p["valid"],
+                         "choice": p["choice"] if p["valid"] else None,
+                         "correct": p["correct"] if p["valid"] else None})
         return pd.DataFrame(rows)
     with engine.connect() as conn:
         src = {r.domain: (r.reliability, r.popularity) for r in conn.execute(
@@ -46,13 +55,13 @@ def replies_to_trials(engine: Engine, design: str, path: str | Path, llm: str) -
         m = r["metadata"]
         if m["stage"] != "posterior":
             continue
-        prior = parse("number", r["prior_reply"] or "")
-        post = parse("number", r["reply"], want_reliability=m["strategy"] == "Reliability")
+        prior = parsed(m["parent_id"], r["prior_reply"])
+        post = parsed(r["id"], r["reply"])
         if m["source"] not in src:
             raise InputError(f"source {m['source']!r} of reply {r['id']!r} is not in the database", file=str(path))
         rel, pop = src[m["source"]]
         rows.append({"llm": llm, "strategy": m["strategy"], "item_id": m["item_id"], "truth": m["truth"],
                      "source": m["source"], "reliability": rel, "popularity": pop, "factor": m["factor"],
-                     "claim": m["claim"], "prior": prior.value, "posterior": post.value,
-                     "valid": prior.valid and post.valid, "rated_reliability": post.rated_reliability})
+                     "claim": m["claim"], "prior": prior["value"], "posterior": post["value"],
+                     "valid": prior["valid"] and post["valid"], "rated_reliability": post["rated_reliability"]})
     return pd.DataFrame(rows)
