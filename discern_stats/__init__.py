@@ -20,7 +20,7 @@ _EXPORTS = {
     "DiscernError": ".core.errors", "InputError": ".core.errors", "DatabaseURLError": ".core.errors",
     "SpecError": ".core.errors", "StaleFitError": ".core.errors",
     "metrics": ".stats", "holm": ".stats", "intervention_contrasts": ".stats", "intervention_family": ".stats",
-    "bootstrap_counts": ".stats.bootstrap:resample_counts",
+    "resample_counts": ".stats",
     "fit": ".bayes", "CueWeightModel": ".bayes", "DiscernmentModel": ".bayes", "InterventionContrastModel": ".bayes",
     "collect": ".collect.runner",
     "design_cue": ".designs", "design_l2d": ".designs",
@@ -50,8 +50,7 @@ if TYPE_CHECKING:  # for type checkers and IDEs: the same names, imported eagerl
     from .collect.runner import collect
     from .core.errors import DatabaseURLError, DiscernError, InputError, SpecError, StaleFitError
     from .designs import design_cue, design_l2d
-    from .stats import holm, intervention_contrasts, intervention_family, metrics
-    from .stats.bootstrap import resample_counts as bootstrap_counts
+    from .stats import holm, intervention_contrasts, intervention_family, metrics, resample_counts
     from .store.db import DEFAULT_DB_URL
     from .store.exporting import export_trials
     from .store.importing import import_items, import_sources, import_trials

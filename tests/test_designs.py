@@ -360,17 +360,3 @@ def test_demo_runs_end_to_end(tmp_path):
     assert len(items) == 24 and all(i.startswith("gm-") for i in items)  # the real (Gapminder) item bank
     l2 = pd.read_csv(tmp_path / "d" / "l2d_metrics.csv")
     assert {"SD", "TD", "CD", "rel_propensity"} <= set(l2.metric)
-
-
-def test_simulator_reads_the_same_cues_as_the_condition_labels(bank):
-    from discern_stats.core.coding import cue_codes
-    from discern_stats.simulate.respondent import cue_codes_from_facts
-    worlds, _ = bank
-    n = 0
-    for w in worlds[::5]:
-        for r in cue.world_requests(w, ["C0", "C4"]):
-            if r.probe != "P4":
-                continue
-            assert cue_codes_from_facts(r.facts) == cue_codes(r.track, r.condition), (r.world_id, r.condition)
-            n += 1
-    assert n == 100 * 2 * 20

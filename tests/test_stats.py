@@ -278,23 +278,20 @@ def test_holm_matches_statsmodels_and_refuses_incomplete_family():
     assert (c.estimate > 0).all()
 
 
-def test_cluster_robust_glm_recovers_profile_weights(tmp_path):
-    from discern_stats.collect.runner import collect
-    from discern_stats.collect.spec import spec_from_dict
-    from discern_stats.simulate.respondent import get_profile, true_cue_weights
-    from discern_stats.designs import design_cue
+def test_cluster_robust_glm_recovers_profile_weights():
+    from interchange_tables import SOURCE_SENSITIVE, cue_choices
     from discern_stats.stats.cue_glm import cue_glm
     import statsmodels.api as sm
-    url = f"sqlite:///{tmp_path / 't.db'}"
-    design_cue(ds.TrialDB(url).engine, n_worlds=120)
-    collect(ds.TrialDB(url), spec_from_dict({"name": "g", "design": "cue", "concurrency": 32, "llms": [
-        {"name": "sim", "provider": "synthetic:source-sensitive", "extra": {"invalid_rate": 0.0}}]}), progress=False)
-    df = ds.TrialDB(url).trials("cue")
+    truth, c = SOURCE_SENSITIVE["weights"], SOURCE_SENSITIVE
+    df = cue_choices(truth, intercept=c["intercept"], world_sd=c["world_sd"], n_worlds=120)
     g = cue_glm(df, tracks=("factorial",))
-    truth = true_cue_weights(get_profile("source-sensitive"))
     # world_sd 0.5 attenuates population-averaged weights by ~1/sqrt(1 + 0.35 * 0.25) = 0.96
     for r in g.itertuples():
         assert r.lo <= 0.96 * truth[r.cue] <= r.hi or r.lo <= truth[r.cue] <= r.hi, r
+    # negative control: the same data without the R cue's effect are not taken for it
+    flat = cue_glm(cue_choices({**truth, "R": 0.0}, intercept=c["intercept"], world_sd=c["world_sd"], n_worlds=120),
+                   tracks=("factorial",)).set_index("cue")
+    assert flat.at["R", "hi"] < 0.96 * truth["R"]
     # the cluster-robust SE is the statsmodels one, computed independently here
     from discern_stats.core.coding import choice_table
     d = choice_table(df, ("factorial",))

@@ -50,8 +50,6 @@ from .spec import Block, HierarchicalGLM
 PREDICTORS = ["reliability", "popularity", "improvement"]
 SOURCE_PREDICTORS = ("reliability", "popularity")  # standardised over distinct sources
 PARTS = ("move", "away", "full", "fraction")
-PART_LABELS = {"move": "P(move)", "away": "P(away or past | move)", "full": "P(full adoption | move toward)",
-               "fraction": "fraction moved (partial)"}
 
 
 def _joined(df: pd.DataFrame, cols: list[str]) -> pd.Series:

@@ -107,11 +107,6 @@ class LogitDesign:
 
 
 # ---------------------------------------------------------------- fused per-cell passes
-@numba.njit(cache=True, nogil=True)
-def _log1pexp(x: float) -> float:
-    return x + np.log1p(np.exp(-x)) if x > 0 else np.log1p(np.exp(x))
-
-
 @numba.njit(cache=True, nogil=True, parallel=True)
 def _sums_by(tab, lr, ug, gidx, bins, k, n, res, wgt):  # pragma: no cover - compiled
     """res[c, b] += k - n p, wgt[c, b] += n p (1 - p) over the cells of each bin b = bins[i]

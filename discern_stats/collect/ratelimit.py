@@ -57,7 +57,6 @@ class AdaptiveLimit:
         self.window_s = window_s  # round trip: moving average of answered requests' latency
         self.inflight = 0
         self.rate_limited_n = 0
-        self.waited_s = 0.0
         self._last_cut = -1e9
         self._cond: asyncio.Condition | None = None
 
@@ -68,12 +67,10 @@ class AdaptiveLimit:
 
     async def acquire(self) -> None:
         cond = self._condition()
-        t0 = time.monotonic()
         async with cond:
             while self.inflight >= max(1, int(self.limit)):
                 await cond.wait()
             self.inflight += 1
-        self.waited_s += time.monotonic() - t0
 
     async def release(self) -> None:
         cond = self._condition()

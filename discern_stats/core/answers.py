@@ -40,7 +40,6 @@ from decimal import ROUND_HALF_UP, Decimal
 
 import numpy as np
 
-RULE_KINDS = ("exact", "rel", "abs", "sig")
 _RULE = re.compile(r"^\s*(exact|rel|abs|sig)\s*(?::\s*([0-9]*\.?[0-9]+(?:[eE][-+]?\d+)?))?\s*$")
 SCALES = ("ratio", "interval", "bounded")
 

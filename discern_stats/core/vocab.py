@@ -1,4 +1,4 @@
-"""Each design's names, spelled once: cues, tracks, probes, condition codes, strata, structural
+"""Each design's names, spelled once: cues, tracks, condition codes, strata, structural
 axes, interventions and contrasts (Design B, seed 001); strategies, claim factors and response
 categories (Design A, seed 000). Every layer (designs, stats, bayes, simulate, collect, report)
 imports them from here; no other module spells a condition code.
@@ -78,9 +78,7 @@ STRUCTURAL_AXES: dict[str, tuple[str, str]] = {
 }
 
 TRACKS: tuple[str, ...] = ("representation", "factorial", "swap", "competition", "verified")
-CHOICE_TRACKS: tuple[str, ...] = ("factorial", "swap", "competition", "verified")  # tracks asking a P4 choice
 WEIGHT_TRACKS: tuple[str, ...] = ("factorial", "swap", "competition")  # P4 choices without gold (cue weights)
-PROBES: tuple[str, ...] = ("P1", "P2", "P3a", "P3b", "P3c", "P4")
 
 # condition codes
 HISTORY_LEVELS = {"H": 7, "L": 4}  # verified matches out of 8: high / chance-level history

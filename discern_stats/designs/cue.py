@@ -288,6 +288,11 @@ def _p2_options(g_separate: EvidenceGraph, g_shared: EvidenceGraph) -> dict[str,
             "D": f"{sh}; identifying information is partly unavailable."}
 
 
+# P2's letter for the (roots, identifier quality) of a graph's current messages (`_p2_options` order)
+P2_LETTERS = {("separate", "clear"): "A", ("separate", "limited"): "B", ("shared", "clear"): "C",
+              ("shared", "limited"): "D"}
+
+
 P3C_QUESTION = ("Across the supplied earlier verification records, which source had the higher observed proportion of "
                 "correct reports?")
 # where a world shows more than two sources (source-count axis) the question names the two it is about
@@ -295,12 +300,17 @@ P3C_QUESTION_NAMED = ("Across the supplied earlier verification records, which o
                       "proportion of correct reports?")
 P3C_OPTIONS = {"A": "O1 had the higher proportion.", "B": "O2 had the higher proportion.",
                "C": "Their proportions were equal.", "D": "There is insufficient verification information."}
+P3C_LETTERS = {"O1": "A", "O2": "B", "equal": "C"}  # P3c's letter for the source with the higher history
+
+
+def p3c_letter(o1_history: int, o2_history: int) -> str:
+    """P3c's answer from the two histories: O1 against O2 (the sources the question is about)."""
+    return P3C_LETTERS["O1" if o1_history > o2_history else "O2" if o2_history > o1_history else "equal"]
 
 
 def p3c_gold(g: EvidenceGraph) -> str:
-    """P3c's answer: O1 against O2 (the sources the question is about)."""
-    o1, o2 = g.source("O1").history, g.source("O2").history
-    return "A" if o1 > o2 else "B" if o2 > o1 else "C"
+    """P3c's answer for a graph (`p3c_letter` of its O1 and O2 histories)."""
+    return p3c_letter(g.source("O1").history, g.source("O2").history)
 
 
 def decision_graphs(w: WorldSpec) -> list[tuple[str, str, EvidenceGraph, str | None]]:
@@ -356,10 +366,9 @@ def world_requests(w: WorldSpec, interventions: list[str] | None = None, fmt: st
             cond = factorial_code(R, Q, I)
             add("C0", "representation", "P1", cond, g,
                 f"What value did the trusted initial record give for the {w.attr} of {w.entity} at 10:00?", gold_state="A")
-            gold = ("A" if Q == "clear" else "B") if I == "separate" else ("C" if Q == "clear" else "D")
             add("C0", "representation", "P2", cond, g,
                 "Which option correctly matches the later messages to their original records and describes the "
-                "identifying information available in those records?", options=p2_opts, gold=gold)
+                "identifying information available in those records?", options=p2_opts, gold=P2_LETTERS[I, Q])
         for hc in HISTORY_CONFIGS:
             g = history_graph(w, hc)
             add("C0", "representation", "P3c", hc, g, P3C_QUESTION_NAMED if len(g.sources) > 2 else P3C_QUESTION,

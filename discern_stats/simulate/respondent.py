@@ -45,7 +45,7 @@ from langchain_core.outputs import ChatGeneration, ChatResult
 from pydantic import ConfigDict, Field
 
 from ..core.coding import CUES
-from ..designs.cue import SYSTEM_INT, SYSTEM_MC
+from ..designs.cue import P2_LETTERS, SYSTEM_INT, SYSTEM_MC, p3c_letter
 from ..core.errors import SpecError
 
 SIMULATOR_NOTE = "SIMULATOR (synthetic respondent with known weights; not a real LLM)"
@@ -139,6 +139,22 @@ def cue_codes_from_facts(facts: dict[str, Any]) -> dict[str, float]:
     return x
 
 
+def identification_gold(facts: dict[str, Any], probe: str, letters: dict[str, str]) -> tuple[str, list[str]]:
+    """(the right letter, the letters offered) of a P1, P2 or P3c question, read from its facts:
+    P1 the trusted initial record's state (``letters``: option letter -> state); P2 whether the
+    current messages cite separate records and whether any cited record is limited
+    (`designs.cue.P2_LETTERS`); P3c which of O1 and O2 has the higher history (`designs.cue.p3c_letter`)."""
+    if probe == "P1":
+        return next(k for k, v in letters.items() if v == facts["initial"]["state"]), list(letters)
+    if probe == "P2":
+        recs, current = current_messages(facts)
+        cited = {m["record"] for m in current}
+        quality = "limited" if any(recs[r]["quality"] == "limited" for r in cited) else "clear"
+        return P2_LETTERS["separate" if len(cited) > 1 else "shared", quality], list("ABCD")
+    hist = {s["name"]: s["history"] for s in facts["sources"]}
+    return p3c_letter(hist["O1"], hist["O2"]), list("ABCD")
+
+
 class SyntheticChatModel(BaseChatModel):
     """LangChain chat model that simulates a respondent with known weights (a SIMULATOR)."""
 
@@ -193,42 +209,43 @@ class SyntheticChatModel(BaseChatModel):
     def _respond_cue(self, text: str, system: str, rng: np.random.Generator) -> str:
         """A Design B answer from the request's structured facts (`cue_facts`, looked up by its text).
         A request it has no facts for (a server without the plan) gets a uniformly random valid answer."""
-        entry = self.cue_facts.get(text_key(text))
+        entry = self._cue_entry(text)
         if entry is None:
             return str(int(rng.integers(0, 9))) if system == SYSTEM_INT else json.dumps({"answer": str(rng.choice(["A", "B"]))})
-        if isinstance(entry, str):
-            entry = self.cue_facts[text_key(text)] = json.loads(entry)
-        f, probe, letters = entry["facts"], entry["probe"], entry["options"]
-        acc = self.respondent_profile["cue"]["accuracy"]
-        hist = {s["name"]: s["history"] for s in f["sources"]}
+        probe = entry["probe"]
         if probe in ("P3a", "P3b"):
-            truth = hist["O1" if probe == "P3a" else "O2"]
-            if rng.random() < acc["P3ab"]:
-                return str(truth)
-            return str(int(rng.choice([k for k in range(9) if k != truth])))
+            return self._count_answer(entry["facts"], probe, rng)
         if probe == "P4":
-            c = self.respondent_profile["cue"]
-            w = true_cue_weights(self.respondent_profile, entry["intervention"])
-            x = cue_codes_from_facts(f)
-            u = np.random.default_rng(_seed("world", self.profile_name, self.seed, f["world_id"])).normal(0, c["world_sd"])
-            p_b = _logistic(c["intercept"] + sum(w[k] * x[k] for k in x) + u)
-            state = "B" if rng.random() < p_b else "A"
-            return json.dumps({"answer": next(k for k, v in letters.items() if v == state)})
-        options = ["A", "B", "C", "D"]
-        if probe == "P1":
-            gold, p, options = next(k for k, v in letters.items() if v == f["initial"]["state"]), acc["P1"], list(letters)
-        elif probe == "P2":
-            recs, current = current_messages(f)
-            cited = {m["record"] for m in current}
-            limited = any(recs[r]["quality"] == "limited" for r in cited)
-            gold = ("B" if limited else "A") if len(cited) > 1 else ("D" if limited else "C")
-            p = acc["P2"]
-        else:  # P3c
-            gold = "A" if hist["O1"] > hist["O2"] else "B" if hist["O2"] > hist["O1"] else "C"
-            p = acc["P3c"]
-        if rng.random() < p:
+            return self._choice(entry, rng)
+        gold, options = identification_gold(entry["facts"], probe, entry["options"])
+        if rng.random() < self.respondent_profile["cue"]["accuracy"][probe]:
             return json.dumps({"answer": gold})
         return json.dumps({"answer": str(rng.choice([k for k in options if k != gold]))})
+
+    def _cue_entry(self, text: str) -> dict[str, Any] | None:
+        """The plan's entry for a request's user text (parsed from JSON on first use), or None."""
+        entry = self.cue_facts.get(text_key(text))
+        if isinstance(entry, str):
+            entry = self.cue_facts[text_key(text)] = json.loads(entry)
+        return entry
+
+    def _count_answer(self, facts: dict[str, Any], probe: str, rng: np.random.Generator) -> str:
+        """P3a / P3b: O1's / O2's verified history, right with the profile's ``P3ab`` accuracy, else
+        another count from 0 to 8."""
+        truth = {s["name"]: s["history"] for s in facts["sources"]}["O1" if probe == "P3a" else "O2"]
+        if rng.random() < self.respondent_profile["cue"]["accuracy"]["P3ab"]:
+            return str(truth)
+        return str(int(rng.choice([k for k in range(9) if k != truth])))
+
+    def _choice(self, entry: dict[str, Any], rng: np.random.Generator) -> str:
+        """P4: logit P(choose B) = intercept + sum_k w_k x_k + u_world (module docstring)."""
+        f, c = entry["facts"], self.respondent_profile["cue"]
+        w = true_cue_weights(self.respondent_profile, entry["intervention"])
+        x = cue_codes_from_facts(f)
+        u = np.random.default_rng(_seed("world", self.profile_name, self.seed, f["world_id"])).normal(0, c["world_sd"])
+        p_b = _logistic(c["intercept"] + sum(w[k] * x[k] for k in x) + u)
+        state = "B" if rng.random() < p_b else "A"
+        return json.dumps({"answer": next(k for k, v in entry["options"].items() if v == state)})
 
     def _respond_l2d(self, texts: list[tuple[str, str]], rng: np.random.Generator) -> str:
         from ..core.answers import format_number

@@ -463,11 +463,6 @@ def _interval_label(method: str, level: float, n_resamples: int, source_resample
     return f"{level:.0%} {METHODS[method]}; {n_resamples:,} item resamples{extra}"
 
 
-def chance_rows() -> pd.DataFrame:
-    """The random-chance reference row (rho 0, propensity 0.5, CD 0.5) for every table."""
-    return pd.DataFrame([{"llm": "(random chance)", "strategy": "", "metric": k, "estimate": v} for k, v in CHANCE.items()])
-
-
 GAP_METRICS = {"prior accuracy": (-1.0, 1.0), "appropriate-update share": (-1.0, 1.0), "SD": (-2.0, 2.0),
                "TD": (-2.0, 2.0)}
 

@@ -24,7 +24,7 @@ from __future__ import annotations
 
 import datetime as dt
 import json
-from typing import Any, Iterable, Optional
+from typing import Any, Optional
 
 import sqlalchemy as sa
 from sqlalchemy import event
@@ -360,8 +360,3 @@ def upsert_many(conn: sa.Connection, model: type[SQLModel], rows: list[dict[str,
 def dumps(obj: Any) -> str:
     """Deterministic JSON used for every *_json column."""
     return json.dumps(obj, sort_keys=False, ensure_ascii=False, separators=(",", ":"))
-
-
-def chunks(seq: list[Any], n: int) -> Iterable[list[Any]]:
-    for i in range(0, len(seq), n):
-        yield seq[i:i + n]
