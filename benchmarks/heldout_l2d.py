@@ -33,8 +33,9 @@ Generative process (a row r = LLM l, strategy s, item i, source j, factor F; gro
   sqrt(1 - rho^2) n_j), n_j ~ N(0, 1).
   Slopes b[g] = mu + llm effect (SD tau_llm) + strategy effect (fixed, from the paper's section 3:
   Reliability raises the reliability slopes, Bayesian raises both source slopes and overshoots,
-  Defense keeps correct priors: c_Defense = -1.5) + LLM x strategy effect (SD tau_cell); some
-  (part, predictor) have tau_llm = tau_cell = 0 or 0.02 (no between-group spread).
+  Defense keeps correct priors: c_Defense = -1.5) + LLM x strategy effect (SD tau_cell); groups
+  that barely differ: every away slope (no strategy effect, tau 0 or 0.02) and the fraction
+  popularity slope (no spread at all).
 * response: moved ~ Bernoulli(logistic(eta_move)); away | moved ~ Bernoulli(logistic(eta_away)),
   then an overshoot (f > 1: P2 = C (C / P1)^g) with probability 0.7 (Bayesian 0.85) else away from
   the claim (f < 0: P2 = P1 (P1 / C)^g), g ~ 0.05 + Gamma(2, 0.2); full | moved, not away ~
@@ -91,7 +92,7 @@ MU = {"move": (0.10, 0.20, 0.15), "away": (-0.05, 0.0, -0.20), "full": (0.10, 0.
       "fraction": (0.05, 0.10, 0.15)}
 # strategy effects on the slopes (fixed), per part: {strategy: (d_rel, d_pop, d_imp)}
 STRATEGY_SLOPE = {"Reliability": {"move": (0.20, 0.0, 0.0), "full": (0.15, 0.0, 0.0), "fraction": (0.10, 0.0, 0.0)},
-                  "Bayesian": {"move": (0.10, 0.10, -0.10), "full": (0.05, 0.05, 0.0), "fraction": (0.10, 0.05, 0.0)},
+                  "Bayesian": {"move": (0.10, 0.10, -0.10), "full": (0.05, 0.05, 0.0), "fraction": (0.10, 0.0, 0.0)},
                   "CoT": {"move": (0.0, 0.0, 0.05)},
                   "Defense": {"move": (0.0, 0.0, 0.10)}}
 # between-LLM and LLM x strategy SDs of the slopes; zeros / 0.02: groups that barely differ
@@ -143,6 +144,16 @@ def beta_alpha_for_logit_mean(eta: np.ndarray, phi: float = PHI, iters: int = 80
         up = digamma(mid) - digamma(phi - mid) < eta
         lo, hi = np.where(up, mid, lo), np.where(up, hi, mid)
     return 0.5 * (lo + hi)
+
+
+def draw_partial_fraction(eta: np.ndarray, heap_half: float, rng: np.random.Generator) -> np.ndarray:
+    """Fractions f of partial moves: 0.5 with probability ``heap_half``, else Beta(alpha, PHI - alpha)
+    with E[logit f] = eta (clipped to [F_CLIP, 1 - F_CLIP]); so E[logit f] = (1 - heap_half) eta."""
+    eta = np.asarray(eta, float)
+    heap = rng.random(eta.shape) < heap_half
+    alpha = beta_alpha_for_logit_mean(eta)
+    f = np.clip(rng.beta(alpha, PHI - alpha), F_CLIP, 1 - F_CLIP)
+    return np.where(heap, 0.5, f)
 
 
 def classify(prior, posterior, claim) -> np.ndarray:
@@ -260,17 +271,15 @@ def generate(layout: Layout | None = None, seed: int = 0, **sizes) -> tuple[pd.D
     overshoot = away & (rng.random(n) < over_share)
     full = moved & ~away & (rng.random(n) < p_full)
     partial = moved & ~away & ~full
-    heap = partial & (rng.random(n) < L.heap_half)
     posterior = prior.copy()
     g = 0.05 + rng.gamma(2.0, 0.2, n)
     posterior[overshoot] = (claim * (claim / prior) ** g)[overshoot]
     back = away & ~overshoot
     posterior[back] = (prior * (prior / claim) ** g)[back]
     posterior[full] = claim[full]
-    beta_rows = partial & ~heap
     f = np.full(n, 0.5)
-    alpha = beta_alpha_for_logit_mean(eta["fraction"][beta_rows])
-    f[beta_rows] = np.clip(rng.beta(alpha, PHI - alpha), F_CLIP, 1 - F_CLIP)
+    f[partial] = draw_partial_fraction(eta["fraction"][partial], L.heap_half, rng)
+    heap = partial & (f == 0.5)
     posterior[partial] = (prior + f * (claim - prior))[partial]
     intended = np.select([~moved, full, partial], ["none", "full", "partial"], "away")
 
