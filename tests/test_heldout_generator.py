@@ -142,3 +142,30 @@ def test_partial_fraction_logit_mean_is_the_documented_closed_form():
         m = special.expit(eta)
         wrong = special.logit(rng.beta(m * H.PHI, (1 - m) * H.PHI, n))
         assert abs(wrong.mean() - eta) > 8 * wrong.std() / np.sqrt(n)
+
+
+def test_coverage_scoring_on_a_stand_in_model(small):
+    """coverage_discernment.score: intervals around the truth are hits, shifted ones are not, and a
+    model that standardises by twice the SD gets twice the slope as its truth."""
+    import coverage_discernment as C
+    _, truth = small
+    groups, pooled, _ = C.model_truth(truth, None)
+    want = pd.concat([groups[["part", "group", "term", "slope"]], pooled], ignore_index=True)
+    want = want[want.term.isin(C.TERMS)]
+
+    class StandIn:
+        def __init__(self, shift, factor):
+            self.scales = {p: {"sd": sd * factor} for p, sd in truth["sd_raw"].items()}
+            self.tab = want.assign(mean=want.slope * factor + shift, hdi_lo=want.slope * factor + shift - 0.01,
+                                   hdi_hi=want.slope * factor + shift + 0.01).drop(columns="slope")
+
+        def summary_table(self):
+            return self.tab
+
+    hit, _ = C.score(StandIn(0.0, 1.0), truth)
+    assert len(hit) == len(want) and hit.hit.all()
+    assert set(hit.level) == {"group", "pooled"}
+    miss, _ = C.score(StandIn(0.05, 1.0), truth)
+    assert not miss.hit.any()
+    doubled, worst = C.score(StandIn(0.0, 2.0), truth)
+    assert doubled.hit.all() and worst == pytest.approx(1.0)
