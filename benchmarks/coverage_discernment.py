@@ -85,7 +85,8 @@ def score(m, truth: dict) -> tuple[pd.DataFrame, float]:
     return x[["part", "group", "term", "level", "slope", "mean", "hdi_lo", "hdi_hi", "hit"]], worst
 
 
-def report(all_rows: pd.DataFrame, reps: int) -> pd.DataFrame:
+def report(all_rows: pd.DataFrame) -> pd.DataFrame:
+    """Coverage, Monte Carlo SEs, mean interval width and mean bias per level, part and term."""
     out = []
     for (level, part, term), d in list(all_rows.groupby(["level", "part", "term"])) + \
             [((lv, "all parts", t), d) for (lv, t), d in all_rows.groupby(["level", "term"])]:
@@ -136,7 +137,7 @@ def main(argv=None) -> None:
               f"{'; '.join(nu.get('problems') or []) or 'ok'}; group coverage so far "
               f"{so_far:.3f}; scale diff {worst:.1e}", flush=True)
     allr = pd.concat(rows, ignore_index=True)
-    tab = report(allr, a.reps)
+    tab = report(allr)
     with pd.option_context("display.width", 200):
         print(tab.round(3).to_string(index=False))
     ok = sum(g["ok"] for g in gates)

@@ -73,7 +73,7 @@ Truth, in the model's coding (`truth` returned beside the table):
 from __future__ import annotations
 
 import argparse
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
 import numpy as np
 import pandas as pd
@@ -123,7 +123,6 @@ class Layout:
     source_rel_corr: float = 0.0
     heap_half: float = 0.15
     invalid: bool = True
-    extra: dict = field(default_factory=dict)
 
 
 def _sig(x: np.ndarray, digits: int) -> np.ndarray:
@@ -187,9 +186,9 @@ def _effect(rng, sd, shape):
 
 def generate(layout: Layout | None = None, seed: int = 0, **sizes) -> tuple[pd.DataFrame, dict]:
     """(interchange DataFrame with `L2D_COLUMNS`, truth dict; see the module docstring)."""
-    L = layout or Layout(**sizes)
     if layout is not None and sizes:
         raise TypeError("pass a Layout or keyword sizes, not both")
+    L = layout or Layout(**sizes)
     if not 1 <= L.strategies <= len(STRATEGIES):
         raise ValueError(f"strategies must be 1..{len(STRATEGIES)}")
     rng = np.random.default_rng(seed)
