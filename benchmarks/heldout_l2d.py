@@ -65,7 +65,9 @@ Truth, in the model's coding (`truth` returned beside the table):
   standardises otherwise can convert: slope_model = slope / sd_raw * sd_model.
 * ``rates``: per (LLM, strategy) the generator's expected shares over its valid analysed rows, given
   the realised effects (means of the row probabilities): moved, away, overshoot, away-from-claim,
-  full, partial, and the correct-defense rate 1 - P(move | P1 = T, C != T) (the paper's CD).
+  full, partial, the correct-defense rate 1 - P(move | P1 = T, C != T) (the paper's CD), and the
+  average marginal effects of reliability and popularity on P(move) in percentage points per SD,
+  100 mean_r p_r (1 - p_r) slope (and their difference), the paper-scale form of the move slopes.
 
     python benchmarks/heldout_l2d.py --llms 2 --strategies 2 --items 30   # prints a summary
 """
@@ -306,7 +308,11 @@ def generate(layout: Layout | None = None, seed: int = 0, **sizes) -> tuple[pd.D
                          "full": (pm * (1 - pa) * p_full[m]).mean(),
                          "partial": (pm * (1 - pa) * (1 - p_full[m])).mean(),
                          "correct_prior_rows": int(cd.sum()),
-                         "correct_defense": float(1 - p_move[cd].mean()) if cd.any() else np.nan})
+                         "correct_defense": float(1 - p_move[cd].mean()) if cd.any() else np.nan,
+                         **{f"move_ame_{pred}_pp": float(100 * (pm * (1 - pm)).mean() * slopes["move"][l, s, k])
+                            for k, pred in enumerate(PREDICTORS[:2])}})
+            rows[-1]["move_ame_popularity - reliability_pp"] = (rows[-1]["move_ame_popularity_pp"]
+                                                                 - rows[-1]["move_ame_reliability_pp"])
     slope_rows = []
     for part in PARTS:
         for l in range(n_l):

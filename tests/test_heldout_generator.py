@@ -111,6 +111,10 @@ def test_truth_tables(small):
     assert np.allclose(r[["away", "full", "partial"]].sum(axis=1) + (1 - r.moved), 1)
     assert np.allclose(r.overshoot + r.away_from_claim, r.away)
     assert r.correct_defense.between(0, 1).all()
+    assert np.allclose(r["move_ame_popularity - reliability_pp"], r.move_ame_popularity_pp - r.move_ame_reliability_pp)
+    move = s[s.part == "move"].pivot_table(index=["llm", "strategy"], columns="term", values="slope")
+    ratio = r.set_index(["llm", "strategy"]).move_ame_reliability_pp / move.reliability
+    assert ((ratio > 0) & (ratio <= 25)).all()  # 100 p (1 - p) <= 25
 
 
 def test_correlated_source_effects_shift_the_reliability_truth():
