@@ -75,14 +75,14 @@ def _user_files(work: Path) -> None:
     domains = lin["domain"].to_numpy()[np.random.default_rng(1).permutation(len(lin))[:900]]
     pd.DataFrame({"rank": np.arange(1, len(domains) + 1), "domain": domains}).to_csv(
         work / "tranco_top1m.csv", header=False, index=False)
-    # trials logged by another harness: one more respondent on the same 30 worlds
+    # trials logged by another harness: one more respondent on the same 10 worlds
     import discern_stats as ds
     from discern_stats.collect.runner import collect
     from discern_stats.collect.spec import spec_from_dict
     from discern_stats.designs import design_cue
     (work / "elsewhere").mkdir()
     other = ds.TrialDB(f"sqlite:///{work / 'elsewhere' / 'trials.db'}")
-    design_cue(other.engine, n_worlds=30, interventions=["C0", "C1", "C2", "C3", "C4"])
+    design_cue(other.engine, n_worlds=10, interventions=["C0", "C1", "C2", "C3", "C4"])
     collect(other, spec_from_dict({"name": "elsewhere", "design": "cue", "concurrency": 32,
                                    "interventions": ["C0", "C1", "C2", "C3", "C4"],
                                    "llms": [{"name": "elsewhere-llm", "provider": "synthetic:credulous"}]}),

@@ -382,3 +382,15 @@ def test_a_design_a_only_report_says_once_what_is_missing(design_a_only):
     assert "no valid P4 choices" not in home and f"no Design B trials in {url}" in home
     assert "no Design A trials" not in pages["discernment"] and "Zero-shot" in pages["discernment"]
     assert "right panel" not in (ROOT / "reports" / "discernment.qmd").read_text().lower()
+
+
+def test_a_figure_with_nothing_to_show_takes_no_number():
+    import nbformat
+    from discern_stats.report.render import notebook_to_markdown
+    nb = nbformat.v4.new_notebook()
+    empty = nbformat.v4.new_code_cell('#| label: fig-a\n#| fig-cap: "A"\nNone')
+    drawn = nbformat.v4.new_code_cell('#| label: fig-b\n#| fig-cap: "B"\nfig')
+    drawn.outputs = [nbformat.v4.new_output("display_data", data={"image/png": "iVBOR"})]
+    nb.cells = [empty, drawn]
+    md = notebook_to_markdown({}, nb)
+    assert "Figure 1.</b> B" in md and "Figure 2" not in md and "</b> A" not in md
