@@ -366,8 +366,8 @@ def cue_profile_table(ctx: ReportContext, intervention: str = "C0", stratum: str
             "12:00 − about 08:00 (mean of the two); Repetition, Speakers and Lineage are successive steps single → "
             "repeated → two speakers → separate roots. Choice effects use valid pairs. Chance: 0 pp.")
     return t.tab_source_note("Accuracies use the planned denominator (an invalid answer counts as wrong); recognition = "
-                             "mean of HL and LH P3c accuracy; HH/LL: the equal-history probes. Chance: 50% (P1, "
-                             "verified), 25% (P2, P3c), 11.1% (single count).")
+                             "mean of HL and LH P3c accuracy (P3c: whose source has the better record); HH/LL: the "
+                             "equal-history probes. Chance: 50% (P1, verified), 25% (P2, P3c), 11.1% (single count).")
 
 
 def cue_paper_frame(ctx: ReportContext, stratum: str = "core", intervention: str = "C0") -> pd.DataFrame:
@@ -398,7 +398,8 @@ def cue_paper_table(ctx: ReportContext, stratum: str = "core", intervention: str
             .tab_source_note("Valid: valid answers of all requests (strict parse: the format the prompt asks for; "
                              "the statistics use these); Lenient: valid under the lenient parse (README). "
                              "Rec.: relative-history recognition, mean of the HL "
-                             "and LH P3c accuracy. Sw. = P(B | LH) − P(B | HL) (B's source has the better history); "
+                             "and LH P3c accuracy (P3c asks whose source has the better record). "
+                             "Sw. = P(B | LH) − P(B | HL) (B's source has the better history); "
                              "Q = clear − limited identifier; I = separate − shared roots; Text = B first − A first; "
                              "Time = B's report about 12:00 − about 08:00 (the later event); Ver.: accuracy of the "
                              "verified choices. Choice effects use valid pairs; accuracies the planned denominator. "
