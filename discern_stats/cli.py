@@ -30,6 +30,8 @@ def _one_line_warning(message, category, filename, lineno, file=None, line=None)
 
 warnings.showwarning = _one_line_warning
 
+FIT_CHAINS = 2  # `fit` and `demo` share their sampler defaults, so a fit after the demo reuses the demo's fits
+
 app = typer.Typer(help="discern_stats: collect LLM trials and analyse how models weigh evidence.",
                   no_args_is_help=True, pretty_exceptions_enable=False, rich_markup_mode="markdown")
 db_app = typer.Typer(help="Create and inspect the trial database.", no_args_is_help=True)
@@ -453,8 +455,9 @@ def demo_cmd(out: Path = typer.Option(Path("demo_out"), "--out", help="folder fo
              models_dir: Path = typer.Option(Path("models"), "--models", help="folder for the saved fits"),
              fit: bool = typer.Option(True, "--fit/--no-fit", help="fit the three Bayesian models"),
              report: bool = typer.Option(True, "--report/--no-report", help="render the report"),
-             draws: int = typer.Option(1000, "--draws", help="posterior draws per chain (NUTS also tunes for as many steps)"),
-             chains: int = typer.Option(2, "--chains", help="chains (this machine has 2 cores)")) -> None:
+             draws: int = typer.Option(1000, "--draws", min=1, help="posterior draws per chain (NUTS also tunes for as many "
+                                       "steps; the discernment model takes twice as many); `fit` has the same defaults"),
+             chains: int = typer.Option(FIT_CHAINS, "--chains", min=1, help="chains (the same default as `fit`)")) -> None:
     """The main job on embedded defaults: a fresh SQLite database, both designs at demo size,
     three synthetic respondents (SIMULATORS with known weights), collection, metrics, the
     three Bayesian fits and the report.
@@ -472,10 +475,12 @@ def demo_cmd(out: Path = typer.Option(Path("demo_out"), "--out", help="folder fo
 @user_errors
 def fit_cmd(model: str = typer.Argument(..., help="cue, discernment or intervention"),
             models_dir: Path = typer.Option(Path("models"), "--models", help="folder for the saved posterior + manifest"),
-            draws: int = typer.Option(1000, "--draws", min=1, help="posterior draws per chain"),
+            draws: Optional[int] = typer.Option(None, "--draws", min=1, help="posterior draws per chain (default 1000; "
+                                                "the discernment model 2000), as the demo"),
             tune: Optional[int] = typer.Option(None, "--tune", min=0, help="NUTS warm-up (default 1000) or Gibbs burn-in "
                                                "(default 200)"),
-            chains: int = typer.Option(4, "--chains", min=1),
+            chains: int = typer.Option(FIT_CHAINS, "--chains", min=1, help="chains (the demo's default too, so a `fit` "
+                                       "right after the demo reuses its fits)"),
             sampler: Optional[str] = typer.Option(None, "--sampler", help="gibbs (the default: the models' exact "
                                                   "Gibbs samplers), nutpie, pymc, numpyro or blackjax (NUTS)"),
             seed: int = typer.Option(0, "--seed"),
@@ -485,7 +490,7 @@ def fit_cmd(model: str = typer.Argument(..., help="cue, discernment or intervent
 
     A saved fit whose data hash and spec match is reused, never refitted, unless --refit.
 
-    Example: `discern-stats fit cue --draws 1000 --chains 4 --models models`
+    Example: `discern-stats fit cue --draws 1000 --chains 2 --models models`
     (or `discern-stats fit cue --sampler nutpie` to sample the PyMC model by NUTS)
     """
     import warnings
@@ -494,6 +499,8 @@ def fit_cmd(model: str = typer.Argument(..., help="cue, discernment or intervent
         raise InputError(f"unknown model {model!r}; expected one of {', '.join(MODELS)}")
     df = _finished_trials(db, DESIGN_OF[model])
     cls = MODELS[model]
+    if draws is None:
+        draws = 1000 * cls.draws_factor  # the demo's draws (a model that needs more for its gate says so)
     fit_kwargs = {"draws": draws, "tune": tune, "chains": chains, "sampler": sampler, "random_seed": seed}
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")

@@ -104,7 +104,7 @@ def _visible_text(html: str) -> str:
 RAW_CODES = ["text_order", "event_time", "recognition_HH", "recognition_LL", "order_at_08", "order_at_12",
              "swap_if_recognised", "time_if_A_first", "rel_propensity", "truth_propensity", "abs_text_order",
              "parse_failure", "api_error", "valid_rate", "count_single", "initial_state", "effect_pp", "p_holm",
-             "logit_mean", "hdi_lo"]
+             "logit_mean", "hdi_lo", "move_theta", "move_tau", "fraction_tau", "away_u", "LLM(s)"]
 
 
 def test_fallback_html_has_sections_tables_and_figures(rendered):
@@ -139,7 +139,8 @@ def test_fallback_html_has_sections_tables_and_figures(rendered):
     i = rendered["interventions"]
     text = _visible_text(i)
     assert "Holm" in text and "Flat − Base (C2−C0)" in text and "+Rule − Ledger (C4−C3)" in text
-    assert "* Holm-adjusted p < 0.05, ** < 0.01, *** < 0.001" in text
+    assert "Holm-adjusted over the whole family of 48" in text and "* < 0.05, ** < 0.01, *** < 0.001" in text
+    assert "unadjusted 95% intervals" in text  # why an interval may exclude 0 without a star
     assert embedded_images(i) == 2  # the intervention profile and the contrast forest
     dq = rendered["data_quality"]
     assert "unparseable" in _visible_text(dq) and embedded_images(dq) == 1
@@ -234,3 +235,162 @@ def test_metric_tables_are_cached_per_data_hash(tmp_path):
     assert len(calls) == 4  # a damaged file is recomputed (and rewritten), never trusted
     cached_table(tmp_path, "t", a, lambda: compute(a), resamples=10, seed=0)
     assert len(calls) == 4
+
+
+# ---------------------------------------------------------------- issue 28: pages that fit and explain themselves
+def _screenshot_module():
+    import importlib.util
+    spec = importlib.util.spec_from_file_location("screenshot_report", ROOT / "docs" / "screenshot_report.py")
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    return mod
+
+
+def _chromium():
+    import shutil
+    exe = shutil.which("chromium") or shutil.which("chromium-browser") or shutil.which("google-chrome")
+    if exe is None:
+        pytest.skip("no chromium on PATH: the layout check needs a browser (Debian: apt-get install chromium)")
+    return exe
+
+
+def test_every_table_fits_the_body_at_1400px(rendered, tmp_path):
+    """Laid out by headless Chromium at 1,400 px: no table is wider than the page body."""
+    shot = _screenshot_module()
+    exe = _chromium()
+    for name, html in rendered.items():
+        page = tmp_path / f"{name}.html"
+        page.write_text(html)
+        assert shot.table_overflow(page, 1400, exe) == [], name
+
+
+def test_the_layout_check_sees_a_table_too_wide(tmp_path):
+    """A negative control for the check above: 30 unbreakable columns overflow the body."""
+    shot = _screenshot_module()
+    exe = _chromium()
+    from discern_stats.report.render import CSS
+    cells = "".join(f"<td style='white-space:nowrap'>estimate{k}&nbsp;[low,&nbsp;high]</td>" for k in range(30))
+    page = tmp_path / "wide.html"
+    page.write_text(f"<html><head><style>{CSS}</style></head><body><div class='output' id='tbl-wide'>"
+                    f"<table><tr>{cells}</tr></table></div></body></html>")
+    bad = shot.table_overflow(page, 1400, exe)
+    assert [b["table"] for b in bad] == ["tbl-wide"]
+
+
+def test_tables_may_wrap_between_estimate_and_interval():
+    from discern_stats.report.tables import NBSP, _ci
+    cell = _ci(1.5, 0.25, 2.75, 2)
+    assert cell == f"1.50 [0.25,{NBSP}2.75]"  # a break only before the bracket, never inside it
+
+
+def test_labels_come_from_vocab():
+    from discern_stats.core import vocab
+    from discern_stats.report import figures, tables
+    assert tables.STRATEGY_LABELS is vocab.STRATEGY_LABELS
+    assert figures._group_label("sim-x / CoT", {"sim-x": "sim-x (simulator)"}) == "sim-x (simulator) / Chain of thought"
+    assert figures.parameter_label("move_tau", "improvement") == "P(move): between-group SD τ, improvement I"
+    assert figures.parameter_label("tau", "history") == "between-LLM SD τ, Swap (history)"
+    assert tables._parameter_name("away_u").startswith("P(away or past | move): random effects")
+
+
+def _legend_colours(fig) -> dict[str, str]:
+    """Legend label -> the colour of its artist (an errorbar's marker line, a histogram's outline)."""
+    import matplotlib.colors as mcolors
+    out = {}
+    for ax in fig.axes:
+        for h, lab in zip(*ax.get_legend_handles_labels()):
+            if hasattr(h, "lines"):  # ErrorbarContainer
+                colour = h.lines[0].get_color()
+            elif hasattr(h, "get_edgecolor"):  # a step histogram's patch
+                colour = h.get_edgecolor()
+            else:
+                colour = h.get_color()
+            out[lab] = mcolors.to_hex(colour)
+    return out
+
+
+def test_one_colour_blind_safe_palette_per_llm(small_demo):
+    """Each LLM has one colour, from the Okabe-Ito palette, in every figure that tells LLMs apart."""
+    from discern_stats import report as R
+    env, _ = small_demo
+    ctx = R.context(env["DISCERN_DB"], env["DISCERN_MODELS"], int(env["DISCERN_RESAMPLES"]))
+    want = {f"{name} (simulator)": c.lower() for name, c in R.figures.llm_colors(ctx).items()}
+    assert set(want.values()) <= {c.lower() for c in R.figures.OKABE_ITO} and len(set(want.values())) == len(want)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        figs = [R.figures.identification_vs_influence(ctx), R.figures.weights_recovery(ctx), R.figures.latency_hist(ctx)]
+    for fig in figs:
+        got = {k: v for k, v in _legend_colours(fig).items() if k in want}
+        assert got and got == {k: want[k] for k in got}, got
+
+
+def test_rank_plots_name_their_parameters(small_demo):
+    from discern_stats import report as R
+    env, _ = small_demo
+    ctx = R.context(env["DISCERN_DB"], env["DISCERN_MODELS"], int(env["DISCERN_RESAMPLES"]))
+    fig = R.figures.rank_plot(ctx, "discernment")
+    titles = [a.get_title() for a in fig.axes if a.get_title()]
+    assert titles and all("_" not in t for t in titles), titles
+    assert "P(move): between-group SD τ, reliability" in titles
+    assert all(a.get_ylabel() for a in fig.axes[::3] if a.get_title())
+    caption = (ROOT / "reports" / "diagnostics.qmd").read_text()
+    assert "ECDF" not in caption and "grey band" in caption  # the caption describes what is drawn
+
+
+def test_strategy_labels_in_the_popularity_figure(small_demo):
+    from discern_stats import report as R
+    env, _ = small_demo
+    ctx = R.context(env["DISCERN_DB"], env["DISCERN_MODELS"], int(env["DISCERN_RESAMPLES"]))
+    fig = R.figures.popularity_vs_reliability(ctx)
+    ticks = [t.get_text() for a in fig.axes for t in a.get_yticklabels()]
+    assert any("Reliability rating" in t for t in ticks) and not any(t.endswith("/ Reliability") for t in ticks)
+
+
+def test_home_page_has_no_codes_or_placeholders(rendered):
+    text = _visible_text(rendered["index"])
+    assert " item value " not in text and "LLM(s)" not in text and "3 LLMs" in text
+    assert "Runs, LLMs and counts" not in _visible_text(rendered["overview"])
+
+
+def test_appendix_says_whether_holm_rejects(rendered):
+    text = _visible_text(rendered["interventions"])
+    assert "Holm rejects" in text and "p (Holm) < 0.05" in text
+
+
+@pytest.fixture(scope="module")
+def design_a_only(tmp_path_factory):
+    d = tmp_path_factory.mktemp("a_only")
+    url = f"sqlite:///{d / 'trials.db'}"
+    db = ds.TrialDB(url)
+    design_l2d(db.engine, strategies=("zero-shot",), items=[f"demo-{i:02d}" for i in range(1, 7)], bank="demo",
+               fictional_sources=True)
+    collect(db, spec_from_dict({"name": "a", "design": "l2d", "concurrency": 32,
+                                "llms": [{"name": f"sim-{p}", "provider": f"synthetic:{p}"} for p in PROFILES]}),
+            progress=False)
+    env = {"DISCERN_DB": url, "DISCERN_MODELS": str(d / "models"), "DISCERN_RESAMPLES": "50"}
+    outs = fallback_render(ROOT, d / "site", env)
+    return url, {p.stem: _visible_text(p.read_text()) for p in outs}
+
+
+def test_a_design_a_only_report_says_once_what_is_missing(design_a_only):
+    url, pages = design_a_only
+    for page in ("cue_profiles", "interventions"):
+        text = pages[page]
+        assert text.count(f"no Design B trials in {url}") == 1, (page, text.count("no Design B trials"))
+        assert "note" not in text.split()  # no table of one 'note' cell
+    home = pages["index"]
+    assert "no valid P4 choices" not in home and f"no Design B trials in {url}" in home
+    assert "no Design A trials" not in pages["discernment"] and "Zero-shot" in pages["discernment"]
+    assert "right panel" not in (ROOT / "reports" / "discernment.qmd").read_text().lower()
+
+
+def test_a_figure_with_nothing_to_show_takes_no_number():
+    import nbformat
+    from discern_stats.report.render import notebook_to_markdown
+    nb = nbformat.v4.new_notebook()
+    empty = nbformat.v4.new_code_cell('#| label: fig-a\n#| fig-cap: "A"\nNone')
+    drawn = nbformat.v4.new_code_cell('#| label: fig-b\n#| fig-cap: "B"\nfig')
+    drawn.outputs = [nbformat.v4.new_output("display_data", data={"image/png": "iVBOR"})]
+    nb.cells = [empty, drawn]
+    md = notebook_to_markdown({}, nb)
+    assert "Figure 1.</b> B" in md and "Figure 2" not in md and "</b> A" not in md

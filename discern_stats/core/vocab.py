@@ -156,3 +156,39 @@ L2D_METRIC_LABELS: dict[str, str] = {
 L2D_RANGES: dict[str, tuple[float, float]] = {"SD": (-1, 1), "TD": (-1, 1), "CD": (0, 1), "rel_propensity": (0, 1),
                                               "truth_propensity": (0, 1), "rho_pop": (-1, 1), "rho_rhat_R": (-1, 1),
                                               "rho_delta_rhat": (-1, 1), "prior_accuracy": (0, 1)}
+
+
+# ================================================================ report labels (issue 28: a reader never sees a code)
+# Design A prompt strategies as tables and figures name them (one spelling for both)
+STRATEGY_LABELS: dict[str, str] = {"zero-shot": "Zero-shot", "CoT": "Chain of thought", "Reliability": "Reliability rating",
+                                   "Bayesian": "Bayesian", "Defense": "Defense", "(all)": "All strategies pooled"}
+# what each request asks (Design B probes, seed 001 section 3; Design A stages)
+PROBE_LABELS: dict[str, str] = {
+    "P1": "P1 initial state (which state the trusted first record gave)",
+    "P2": "P2 provenance (which source a message came from)",
+    "P3a": "P3a count (matches in A's source history, 0-8)",
+    "P3b": "P3b count (matches in B's source history, 0-8)",
+    "P3c": "P3c relative history (whose source has the better record)",
+    "P4": "P4 choice (which state is current)",
+    "prior": "prior (the question alone)", "posterior": "posterior (after a source's claim)",
+}
+# parameters of the saved fits as diagnostics name them (bayes: CueWeightModel, InterventionContrastModel,
+# DiscernmentModel); a discernment part's parameter is '<part>_<name>'
+DISCERNMENT_PARTS: dict[str, str] = {"move": "P(move)", "away": "P(away or past | move)",
+                                     "full": "P(full | move toward)", "fraction": "partial fraction"}
+MODEL_PARAMETER_LABELS: dict[str, str] = {
+    "tau": "between-LLM SD τ", "mu": "mean over LLMs μ", "beta": "cue weight β", "alpha": "intercept α",
+    "sigma_u": "between-world SD", "delta": "intervention shift δ", "gamma": "intervention interaction γ",
+    "intercept": "intercept", "slope": "slope", "sigma_item": "LLM × item SD", "z_item": "LLM × item effect",
+    "resid_sd": "residual SD", "theta": "per-group coefficients θ", "u": "random effects u (worlds; LLM × item)",
+    "sigma": "random-effect SD σ",
+}
+DISCERNMENT_TERMS: dict[str, str] = {"intercept": "intercept", "reliability": "reliability", "popularity": "popularity",
+                                     "improvement": "improvement I", "popularity - reliability": "popularity − reliability"}
+# the designs, trial states, saved models, outcome groups and item tags as tables name them
+DESIGN_LABELS: dict[str, str] = {"l2d": "Design A (discernment)", "cue": "Design B (cue worlds)"}
+TRIAL_STATE_LABELS: dict[str, str] = {"pending": "not yet run", "claimed": "in progress"}  # before a status
+MODEL_LABELS: dict[str, str] = {"cue": "Cue weights", "discernment": "Discernment", "intervention": "Intervention contrasts"}
+OUTCOME_GROUP_LABELS: dict[str, str] = {"good": "Good", "neutral": "Neutral", "bad": "Bad"}
+SUBGROUP_TAG_LABELS: dict[str, str] = {"era": "Era", "oecd": "OECD member"}
+SIMULATOR_TAG = " (simulator)"  # after a synthetic respondent's name, wherever it appears

@@ -46,6 +46,14 @@ class ReportContext:
             self._cache[key] = self.db.trials(design)
         return self._cache[key]
 
+    def has(self, design: str) -> bool:
+        """Whether the database holds any trial of ``design`` ('l2d' or 'cue')."""
+        return len(self.trials(design)) > 0
+
+    def no_trials_note(self, design: str) -> str:
+        """'no Design B trials in sqlite:///x.db': the one line a page shows for a design it lacks."""
+        return f"no Design {'A' if design == 'l2d' else 'B'} trials in {self.db_url}"
+
     def metrics(self, design: str) -> pd.DataFrame:
         key = f"metrics:{design}"
         if key not in self._cache:
@@ -107,6 +115,10 @@ class ReportContext:
         if key not in self._cache:
             from ..bayes import DESIGN_OF, MODELS
             cls = MODELS[kind]
+            if not self.has(DESIGN_OF[kind]):  # say so, not what the model finds missing in no data
+                self._cache[key] = None
+                self._cache[f"model_error:{kind}"] = self.no_trials_note(DESIGN_OF[kind])
+                return None
             try:
                 self._cache[key] = cls.load(self.trials(DESIGN_OF[kind]), self.models_dir)
             except (FileNotFoundError, StaleFitError, InputError) as exc:

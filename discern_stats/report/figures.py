@@ -13,12 +13,25 @@ import matplotlib.pyplot as plt  # noqa: E402
 import numpy as np  # noqa: E402
 import pandas as pd  # noqa: E402
 
-from ..core.vocab import (CONTRAST_ENDPOINT_LABELS, CUE_METRIC_LABELS, INTERVENTION_NAMES,  # noqa: E402
-                          INTERVENTIONS, OUTCOMES, STRATEGIES, STRATUM_LABELS)
+from ..core.vocab import (CONTRAST_ENDPOINT_LABELS, CUE_LABELS, CUE_METRIC_LABELS, DISCERNMENT_PARTS,  # noqa: E402
+                          DISCERNMENT_TERMS, INTERVENTION_NAMES, INTERVENTIONS, MODEL_PARAMETER_LABELS, OUTCOMES,
+                          STRATEGIES, STRATEGY_LABELS, STRATUM_LABELS)
 from .context import ReportContext  # noqa: E402
-from .tables import CUE_EFFECTS, _llm_label, fictional_sources, fit_flag  # noqa: E402
+from .tables import CUE_EFFECTS, _llm_label, fictional_sources, fit_flag, needs  # noqa: E402
 
-COLORS = ["#1b9e77", "#66a61e", "#7570b3", "#d95f02", "#e7298a"]
+# one colour-blind-safe palette (Okabe & Ito 2008) for every figure. LLMs take theirs by their place among
+# the database's LLMs (sorted), the same in every figure; other series (metrics, outcomes, chains) take it in order
+OKABE_ITO = ["#0072B2", "#E69F00", "#009E73", "#CC79A7", "#56B4E9", "#D55E00", "#F0E442", "#000000"]
+COLORS = OKABE_ITO
+# outcome categories: the good ones blue, the neutral grey, the bad ones orange / vermillion
+OUTCOME_COLORS = {"Correct Hold": "#0072B2", "Appropriate Update": "#56B4E9", "Stubborn": "#999999",
+                  "Inappropriate Update": "#E69F00", "Sycophantic Cave": "#D55E00"}
+
+
+def llm_colors(ctx: ReportContext) -> dict[str, str]:
+    """Each LLM of the database (by name) -> its colour, the same in every figure."""
+    names = sorted(ctx.llm_table()["name"])
+    return {n: OKABE_ITO[i % len(OKABE_ITO)] for i, n in enumerate(names)}
 
 
 def _closed(fn):
@@ -26,7 +39,8 @@ def _closed(fn):
     @functools.wraps(fn)
     def wrapper(*a, **k):
         fig = fn(*a, **k)
-        plt.close(fig)
+        if fig is not None:  # None: the design has no trials (the page says so once)
+            plt.close(fig)
         return fig
     return wrapper
 
@@ -41,8 +55,9 @@ def _empty(msg: str):
 def _flag(fig, ctx: ReportContext, kind: str) -> None:
     """Put a fit's convergence warning on the figure that shows its numbers."""
     flag = fit_flag(ctx, kind)
-    if flag:
+    if flag:  # above the panels' own titles: lay the panels out again below it
         fig.suptitle(flag, color="#b00020", fontsize=9)
+        fig.tight_layout(rect=(0, 0, 1, 1 - 0.35 / fig.get_size_inches()[1]))
 
 
 def _source_flag(fig, ctx: ReportContext) -> None:
@@ -62,6 +77,7 @@ def _cue_slice(ctx: ReportContext, intervention: str, stratum: str, metrics: lis
 
 
 @_closed
+@needs("l2d")
 def outcome_shares(ctx: ReportContext):
     """Stacked bars of the five outcome shares per LLM (all strategies)."""
     m = ctx.metrics("l2d")
@@ -70,64 +86,77 @@ def outcome_shares(ctx: ReportContext):
     m = m[(m.strategy == "(all)") & m.metric.str.startswith("share: ")]
     w = m.assign(outcome=m.metric.str.removeprefix("share: ")).pivot(index="llm", columns="outcome", values="estimate")[OUTCOMES]
     lab = _llm_label(ctx)
-    fig, ax = plt.subplots(figsize=(8, 0.6 * len(w) + 1.5))
+    fig, ax = plt.subplots(figsize=(10, 0.6 * len(w) + 1.6))
     left = np.zeros(len(w))
-    for o, c in zip(OUTCOMES, COLORS):
-        ax.barh([lab.get(i, i) for i in w.index], 100 * w[o], left=left, color=c, label=o)
+    for o in OUTCOMES:
+        ax.barh([lab.get(i, i) for i in w.index], 100 * w[o], left=left, color=OUTCOME_COLORS[o], label=o)
         left += 100 * w[o].to_numpy()
     ax.set_xlabel("share of valid posteriors whose claim conflicts with the prior, C ≠ P1 (%)")
     ax.set_xlim(0, 100)
-    ax.legend(ncol=3, fontsize=8, loc="upper center", bbox_to_anchor=(0.5, -0.25 if len(w) < 4 else -0.12))
+    ax.invert_yaxis()  # LLMs top to bottom in name order, as in the tables
+    # the legend to the right of the bars: it never covers the bars or the axis label
+    ax.legend(fontsize=8, loc="center left", bbox_to_anchor=(1.01, 0.5), frameon=False)
     fig.tight_layout()
     _source_flag(fig, ctx)
     return fig
 
 
+def _group_label(group: str, lab: dict[str, str]) -> str:
+    """'sim-credulous / CoT' -> 'sim-credulous (simulator) / Chain of thought' (labels from core.vocab)."""
+    parts = group.split(" / ")
+    return " / ".join(STRATEGY_LABELS.get(p, lab.get(p, p)) for p in parts)
+
+
 @_closed
+@needs("l2d")
 def popularity_vs_reliability(ctx: ReportContext):
-    """ρ(Δ, reliability) and ρ(Δ, popularity) per LLM with 95% intervals; and, when the
-    discernment model is saved, the posterior of popularity − reliability slopes."""
+    """Top: ρ(Δ, reliability) and ρ(Δ, popularity) per LLM with 95% intervals. Bottom: the discernment
+    model's posterior of the popularity − reliability slope difference per LLM × strategy group (or,
+    without a saved model, a line saying why)."""
     m = ctx.metrics("l2d")
-    if m.empty:
-        return _empty("no Design A trials")
     m = m[(m.strategy == "(all)") & m.metric.isin(["SD", "rho_pop"])]
     lab = _llm_label(ctx)
     llms = sorted(m.llm.unique())
     model = ctx.model("discernment")
-    rows = len(llms) if model is None else max(len(llms), model.data.group.nunique() + 1)
-    fig = plt.figure(figsize=(12 if model is not None else 6, 0.45 * rows + 1.8))
-    if model is None:
-        ax = fig.add_subplot(1, 1, 1)
-    else:  # the left panel keeps one row height per LLM; the right one spans the figure
-        grid = fig.add_gridspec(2, 2, height_ratios=[len(llms) + 1.5, max(rows - len(llms) - 1.5, 1.0)])
-        ax = fig.add_subplot(grid[0, 0])
-    for j, (metric, name, c) in enumerate((("SD", "reliability (SD)", COLORS[0]), ("rho_pop", "popularity", COLORS[3]))):
-        d = m[m.metric == metric].set_index("llm").loc[llms]
+    s = None
+    if model is not None:
+        s = ctx.summary("discernment")
+        s = s[s.term == "popularity - reliability"]
+    n_groups = 1 if s is None else s.group.nunique()
+    fig, (ax, ax2) = plt.subplots(2, 1, figsize=(10, 0.45 * len(llms) + 0.3 * n_groups + 2.6),
+                                  height_ratios=[len(llms) + 1.2, max(n_groups, 1.5) * 0.66 + 1.0])
+    for j, (metric, name, c) in enumerate((("SD", "reliability (SD)", OKABE_ITO[0]),
+                                           ("rho_pop", "popularity", OKABE_ITO[5]))):
+        d = m[m.metric == metric].set_index("llm").reindex(llms)
         y = np.arange(len(llms)) + (j - 0.5) * 0.25
         ax.errorbar(d.estimate, y, xerr=[d.estimate - d.lo, d.hi - d.estimate], fmt="o", color=c, label=name, capsize=3)
     ax.axvline(0, color="grey", lw=0.8, ls="--")
     ax.set_yticks(np.arange(len(llms)), [lab.get(i, i) for i in llms])
-    ax.set_xlabel("Spearman ρ with the update Δ (95% CI)")
-    ax.invert_yaxis()  # first LLM on top, as in the right panel
-    ax.legend(fontsize=8)
-    if model is not None:
-        s = ctx.summary("discernment")
-        s = s[s.term == "popularity - reliability"]
-        ax2 = fig.add_subplot(grid[:, 1])
+    ax.set_xlabel("Spearman ρ of the update Δ with the source's reliability and popularity (95% CI)")
+    ax.invert_yaxis()
+    ax.set_title("Update vs reliability and popularity, all strategies pooled", fontsize=10, loc="left")
+    ax.legend(fontsize=8, loc="center left", bbox_to_anchor=(1.01, 0.5), frameon=False)
+    if s is None:
+        ax2.text(0.5, 0.5, f"discernment model not available ({ctx.model_error('discernment')})", ha="center",
+                 va="center", fontsize=9, wrap=True)
+        ax2.axis("off")
+    else:
         order = {k: i for i, k in enumerate(STRATEGIES)}  # LLM, then strategy in the paper's order
         groups = sorted((g for g in dict.fromkeys(s.group) if g != "(mean over groups)"),
                         key=lambda g: (g.split(" / ")[0], order.get(g.split(" / ")[-1], len(order)), g))
         groups.append("(mean over groups)")
-        for j, (part, c, name) in enumerate((("move", COLORS[2], "P(move)"),
-                                             ("fraction", COLORS[4], "fraction moved (partial)"))):
+        for j, (part, c, name) in enumerate((("move", OKABE_ITO[2], "P(move)"),
+                                             ("fraction", OKABE_ITO[3], "fraction moved (partial moves)"))):
             d = s[s.part == part].set_index("group").reindex(groups)
             y = np.arange(len(groups)) + (j - 0.5) * 0.25
             ax2.errorbar(d["mean"], y, xerr=[d["mean"] - d.hdi_lo, d.hdi_hi - d["mean"]], fmt="s", color=c,
                          label=name, capsize=3)
-        ax2.set_yticks(np.arange(len(groups)), [" / ".join(lab.get(p, p) for p in g.split(" / ")) for g in groups])
+        ax2.set_yticks(np.arange(len(groups)), [_group_label(g, lab) if g != "(mean over groups)" else
+                                                "mean over groups" for g in groups], fontsize=8)
         ax2.invert_yaxis()
-        ax2.set_xlabel("popularity − reliability slope (logit per SD, 94% HDI)")
-        ax2.legend(fontsize=8, loc="lower right")
+        ax2.set_xlabel("popularity − reliability slope (logit per SD; 94% HDI; > 0: popularity outweighs reliability)")
+        ax2.set_title("Discernment model, per LLM × strategy", fontsize=10, loc="left")
+        ax2.legend(fontsize=8, loc="center left", bbox_to_anchor=(1.01, 0.5), frameon=False)
         ax2.axvline(0, color="grey", lw=0.8, ls="--")
     fig.tight_layout()
     _flag(fig, ctx, "discernment")
@@ -136,6 +165,7 @@ def popularity_vs_reliability(ctx: ReportContext):
 
 
 @_closed
+@needs("cue")
 def cue_heatmap(ctx: ReportContext, intervention: str = "C0", stratum: str = "core"):
     """Heat map of cue effects (pp) per LLM."""
     m = _cue_slice(ctx, intervention, stratum, CUE_EFFECTS)
@@ -158,6 +188,7 @@ def cue_heatmap(ctx: ReportContext, intervention: str = "C0", stratum: str = "co
 
 
 @_closed
+@needs("cue")
 def identification_vs_influence(ctx: ReportContext, stratum: str = "core"):
     """Recognition of the better source (%) vs the history-swap effect (pp), per LLM."""
     m = _cue_slice(ctx, "C0", stratum)
@@ -167,11 +198,12 @@ def identification_vs_influence(ctx: ReportContext, stratum: str = "core"):
     sw = m[m.metric == "swap"].set_index("llm")
     llms = sorted(set(rec.index) & set(sw.index))
     lab = _llm_label(ctx)
+    col = llm_colors(ctx)
     fig, ax = plt.subplots(figsize=(6, 4.5))
-    for i, llm in enumerate(llms):
+    for llm in llms:
         r, s = rec.loc[llm], sw.loc[llm]
         ax.errorbar(r.estimate, s.estimate, xerr=[[r.estimate - r.lo], [r.hi - r.estimate]],
-                    yerr=[[s.estimate - s.lo], [s.hi - s.estimate]], fmt="o", capsize=3, color=COLORS[i % 5],
+                    yerr=[[s.estimate - s.lo], [s.hi - s.estimate]], fmt="o", capsize=3, color=col[llm],
                     label=lab.get(llm, llm))
     ax.axhline(0, color="grey", lw=0.8, ls="--")
     ax.set_xlabel("relative-reliability recognition (%; HL/LH mean)")
@@ -182,6 +214,7 @@ def identification_vs_influence(ctx: ReportContext, stratum: str = "core"):
 
 
 @_closed
+@needs("cue")
 def effect_forest(ctx: ReportContext, stratum: str = "core", intervention: str = "C0"):
     """Forest plot of every cue effect with 95% intervals, one panel per LLM."""
     m = _cue_slice(ctx, intervention, stratum, CUE_EFFECTS)
@@ -189,11 +222,13 @@ def effect_forest(ctx: ReportContext, stratum: str = "core", intervention: str =
         return _empty("no Design B trials")
     llms = sorted(m.llm.unique())
     lab = _llm_label(ctx)
-    fig, axes = plt.subplots(1, len(llms), figsize=(3.2 * len(llms), 4), sharey=True, sharex=True, squeeze=False)
+    fig, axes = plt.subplots(1, len(llms), figsize=(max(3.2 * len(llms), 9), 4), sharey=True, sharex=True,
+                             squeeze=False)
     for ax, llm in zip(axes[0], llms):
         d = m[m.llm == llm].set_index("metric").reindex(CUE_EFFECTS).dropna(subset=["estimate"])
         y = np.arange(len(d))
-        ax.errorbar(d.estimate, y, xerr=[d.estimate - d.lo, d.hi - d.estimate], fmt="o", capsize=3, color=COLORS[2])
+        ax.errorbar(d.estimate, y, xerr=[d.estimate - d.lo, d.hi - d.estimate], fmt="o", capsize=3,
+                    color=llm_colors(ctx)[llm])
         ax.axvline(0, color="grey", lw=0.8, ls="--")
         ax.set_yticks(y, [CUE_METRIC_LABELS.get(c, c) for c in d.index])
         ax.set_title(lab.get(llm, llm), fontsize=9)
@@ -204,6 +239,7 @@ def effect_forest(ctx: ReportContext, stratum: str = "core", intervention: str =
 
 
 @_closed
+@needs("cue")
 def weights_recovery(ctx: ReportContext):
     """Recovered logit weights (94% HDI) against the simulators' true weights."""
     from .tables import weights_frame
@@ -213,9 +249,10 @@ def weights_recovery(ctx: ReportContext):
     s = s[s.intervention == s.intervention.iloc[0]]
     lab = _llm_label(ctx)
     fig, ax = plt.subplots(figsize=(6, 5))
-    for i, (llm, d) in enumerate(s.groupby("llm")):
+    col = llm_colors(ctx)
+    for llm, d in s.groupby("llm"):
         ax.errorbar(d["true logit (simulator)"], d.logit_mean, yerr=[d.logit_mean - d.logit_hdi_lo,
-                    d.logit_hdi_hi - d.logit_mean], fmt="o", capsize=3, color=COLORS[i % 5], label=lab.get(llm, llm))
+                    d.logit_hdi_hi - d.logit_mean], fmt="o", capsize=3, color=col[llm], label=lab.get(llm, llm))
     lim = [min(s.logit_hdi_lo.min(), s["true logit (simulator)"].min()) - 0.3,
            max(s.logit_hdi_hi.max(), s["true logit (simulator)"].max()) + 0.3]
     ax.plot(lim, lim, color="grey", lw=0.8, ls="--")
@@ -228,6 +265,7 @@ def weights_recovery(ctx: ReportContext):
 
 
 @_closed
+@needs("cue")
 def contrast_forest(ctx: ReportContext):
     """Intervention contrasts: bootstrap 95% CI (circles) beside the posterior 94% HDI (squares)."""
     from .tables import _contrast_label, contrasts_frame, holm_stars
@@ -261,6 +299,7 @@ def contrast_forest(ctx: ReportContext):
 
 
 @_closed
+@needs("cue")
 def intervention_profile(ctx: ReportContext, stratum: str = "all",
                          effects: tuple[str, ...] = ("swap", "text_order", "event_time", "Q", "I")):
     """seed 001 Fig. 5: each LLM's cue effects across C0-C4 (95% whole-world bootstrap intervals)."""
@@ -289,24 +328,77 @@ def intervention_profile(ctx: ReportContext, stratum: str = "all",
 
 
 RANK_VARS = {"cue": ("tau",), "intervention": ("tau",), "discernment": ("move_tau", "fraction_tau")}
+RANK_BINS = 20
+RANK_BAND = 0.99  # the band: where a bin's count falls with this probability under uniform ranks
+
+
+def parameter_label(var: str, coord: str | None = None) -> str:
+    """A saved fit's parameter as a reader sees it: 'move_tau' + 'improvement' -> 'P(move): between-LLM SD τ,
+    improvement I' (labels from core.vocab)."""
+    part, _, rest = var.partition("_")
+    if part in DISCERNMENT_PARTS and rest:
+        name = f"{DISCERNMENT_PARTS[part]}: " + MODEL_PARAMETER_LABELS.get(rest, rest).replace("between-LLM",
+                                                                                              "between-group")
+    else:
+        name = MODEL_PARAMETER_LABELS.get(var, var)
+    if coord is None:
+        return name
+    label = CUE_LABELS.get(coord) or DISCERNMENT_TERMS.get(coord) or coord
+    return f"{name}, {label}"
+
+
+def _rank_panels(m, variables: list[str]):
+    """[(title, draws[chain, draw])] for each coordinate of each variable."""
+    post = m.idata["posterior"]
+    panels = []
+    for v in variables:
+        da = post[v]
+        extra = [d for d in da.dims if d not in ("chain", "draw")]
+        if not extra:
+            panels.append((parameter_label(v), np.asarray(da.transpose("chain", "draw").values)))
+            continue
+        stacked = da.stack(_coord=extra).transpose("chain", "draw", "_coord")
+        for k, c in enumerate(stacked["_coord"].values):
+            c = c if isinstance(c, str) else " / ".join(map(str, np.atleast_1d(c)))
+            panels.append((parameter_label(v, str(c)), np.asarray(stacked.values[:, :, k])))
+    return panels
 
 
 @_closed
 def rank_plot(ctx: ReportContext, kind: str = "cue", var_names: tuple[str, ...] | None = None):
-    """ArviZ rank plots of a saved fit's between-group scales (uniform ranks = good mixing)."""
-    import arviz as az
+    """Rank histograms of a saved fit's between-group scales: all draws ranked together, one line
+    per chain over RANK_BINS bins, with the band where a bin's count lies with probability RANK_BAND
+    under uniform ranks (binomial, n = draws per chain, p = 1 / RANK_BINS). Chains that mix well are
+    flat and inside the band (Vehtari et al. 2021, rank plots)."""
+    from scipy.stats import binom, rankdata
     m = ctx.model(kind)
     if m is None:
-        return _empty(f"no saved {kind} fit")
+        return None  # the diagnostics table says why (no saved fit, or no trials of its design)
     present = [v for v in (var_names or RANK_VARS.get(kind, ("tau",))) if v in m.idata["posterior"].data_vars]
-    pc = az.plot_rank(m.idata, var_names=present)
-    ax = np.asarray(pc.viz["plot"][present[0]].values).flat[0]  # ArviZ 1.x: a PlotCollection
-    fig = ax.figure
-    for a in fig.axes:  # one panel per coordinate: short titles, room between rows
-        a.set_title(a.get_title().replace("\n", " "), fontsize=7)
-        a.tick_params(labelsize=7)
-    fig.set_size_inches(max(fig.get_size_inches()[0], 9), max(fig.get_size_inches()[1], 2.2 * np.ceil(len(fig.axes) / 4)))
-    fig.tight_layout(h_pad=1.6)
+    panels = _rank_panels(m, present)
+    ncol = 3
+    nrow = int(np.ceil(len(panels) / ncol))
+    fig, axes = plt.subplots(nrow, ncol, figsize=(12, 2.3 * nrow + 0.6), sharey=True, squeeze=False)
+    for ax, (title, draws) in zip(axes.flat, panels):
+        n_chain, n_draw = draws.shape
+        ranks = rankdata(draws.ravel()).reshape(draws.shape)
+        edges = np.linspace(0.5, draws.size + 0.5, RANK_BINS + 1)
+        lo, hi = binom.interval(RANK_BAND, n_draw, 1 / RANK_BINS)
+        ax.axhspan(lo, hi, color="#dddddd", lw=0)
+        ax.axhline(n_draw / RANK_BINS, color="grey", lw=0.8, ls="--")
+        for c in range(n_chain):
+            counts, _ = np.histogram(ranks[c], edges)
+            ax.step(np.arange(RANK_BINS + 1), np.append(counts, counts[-1]), where="post", lw=1.2,
+                    color=OKABE_ITO[c % len(OKABE_ITO)], label=f"chain {c + 1}")
+        ax.set_title(title, fontsize=10)
+        ax.set_xticks([0, RANK_BINS / 2, RANK_BINS], ["lowest", "", "highest"], fontsize=8)
+        ax.tick_params(labelsize=8)
+    for ax in axes[:, 0]:
+        ax.set_ylabel(f"draws per bin ({RANK_BINS} rank bins)", fontsize=9)
+    for ax in axes.flat[len(panels):]:
+        ax.axis("off")
+    axes.flat[0].legend(fontsize=8, loc="lower left")
+    fig.tight_layout(h_pad=1.2)
     _flag(fig, ctx, kind)
     return fig
 
@@ -316,12 +408,18 @@ def latency_hist(ctx: ReportContext):
     log = ctx.db.trial_log()
     if log.empty or log.latency_ms.isna().all():
         return _empty("no latency recorded (imported trials)")
-    fig, ax = plt.subplots(figsize=(6, 3))
+    fig, ax = plt.subplots(figsize=(8, 3.2))
     lab = _llm_label(ctx)
-    for i, (llm, d) in enumerate(log.groupby("llm")):
-        ax.hist(d.latency_ms.dropna(), bins=40, alpha=0.6, color=COLORS[i % 5], label=lab.get(llm, llm))
-    ax.set_xlabel("latency per trial (ms)")
-    ax.set_ylabel("trials")
-    ax.legend(fontsize=8)
+    col = llm_colors(ctx)
+    lat = log.latency_ms.dropna()
+    lat = lat[lat > 0]
+    bins = np.geomspace(max(lat.min(), 0.01), lat.max() * 1.001, 41) if len(lat) else 40
+    for llm, d in log.groupby("llm"):  # outlines, not filled bars: overlapping LLMs stay readable
+        ax.hist(d.latency_ms.dropna(), bins=bins, histtype="step", lw=1.6, color=col.get(llm, "black"),
+                label=lab.get(llm, llm))
+    ax.set_xscale("log")
+    ax.set_xlabel("latency per trial (ms, log scale)")
+    ax.set_ylabel("trials per bin")
+    ax.legend(fontsize=8, loc="center left", bbox_to_anchor=(1.01, 0.5), frameon=False)
     fig.tight_layout()
     return fig

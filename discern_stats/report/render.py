@@ -143,6 +143,8 @@ def notebook_to_markdown(meta: dict, nb: nbformat.NotebookNode) -> str:
         opts = cell_options(cell.source)
         body = _outputs_html(cell)
         cap = ""
+        if not body:  # a figure or table with nothing to show (its design has no trials): no caption, no number
+            continue
         if "fig-cap" in opts:
             n_fig += 1
             cap = f"<p class='caption'><b>Figure {n_fig}.</b> {html.escape(opts['fig-cap'])}</p>"

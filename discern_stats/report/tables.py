@@ -3,23 +3,28 @@ takes a `ReportContext`; the underlying DataFrame is available as ``<name>_frame
 
 from __future__ import annotations
 
+import functools
+
 import numpy as np
 import pandas as pd
 from great_tables import GT, loc, style
 
 from ..core.vocab import (CHANCE, CLAIM_AGREES, CONTRAST_ENDPOINT_LABELS, CUE_LABELS, CUE_METRIC_LABELS,
+                          DESIGN_LABELS, DISCERNMENT_PARTS, MODEL_LABELS, MODEL_PARAMETER_LABELS, OUTCOME_GROUP_LABELS,
+                          SIMULATOR_TAG, SUBGROUP_TAG_LABELS, TRIAL_STATE_LABELS,
                           INTERVENTION_NAMES, INTERVENTIONS, L2D_METRIC_LABELS, L2D_RANGES, OUTCOME_DEFINITIONS,
-                          OUTCOME_DENOMINATOR, OUTCOME_GROUPS, PAPER_PROFILE, STRATEGIES, STRATUM_LABELS, STRATUM_SETS,
-                          TRIAL_STATUSES, parse_rule_label)
+                          OUTCOME_DENOMINATOR, OUTCOME_GROUPS, PAPER_PROFILE, PROBE_LABELS, STRATEGIES, STRATEGY_LABELS,
+                          STRATUM_LABELS, STRATUM_SETS, TRIAL_STATUSES, parse_rule_label)
 from .context import ReportContext
 
-SIM = " (simulator)"
+SIM = SIMULATOR_TAG
 NBSP = "\u00a0"  # inside an interval, so it never wraps within its brackets
 
 
 def _gt(df: pd.DataFrame, **kw) -> GT:
     """A great_tables table whose row labels (the stub, or an 'LLM' column) never wrap."""
-    t = GT(df, **kw)
+    t = GT(df, **kw).tab_options(container_width="100%", table_font_size="14px", source_notes_font_size="12px",
+                                 data_row_padding="4px", heading_subtitle_font_size="13px")
     if kw.get("rowname_col"):
         t = t.tab_style(style.text(whitespace="nowrap"), loc.stub())
     elif "LLM" in df.columns:
@@ -33,12 +38,32 @@ def _llm_label(ctx: ReportContext) -> dict[str, str]:
 
 
 def _ci(est: float, lo: float, hi: float, digits: int = 3) -> str:
-    """'est [lo, hi]' with non-breaking spaces: an interval never wraps inside its brackets."""
+    """'est [lo, hi]': a narrow column may wrap between the estimate and its interval, never inside the
+    brackets (a non-breaking space)."""
     if pd.isna(est):
         return "–"
     if pd.isna(lo):
         return f"{est:,.{digits}f}"
-    return f"{est:,.{digits}f}{NBSP}[{lo:,.{digits}f},{NBSP}{hi:,.{digits}f}]"
+    return f"{est:,.{digits}f} [{lo:,.{digits}f},{NBSP}{hi:,.{digits}f}]"  # may wrap before the interval
+
+
+def needs(design: str):
+    """A table or figure of ``design`` ('l2d' or 'cue') shows nothing (None) when the database has no
+    trial of it; the page says so once (`missing_design_note`) instead of every table repeating it."""
+    def wrap(fn):
+        @functools.wraps(fn)
+        def inner(ctx: ReportContext, *a, **k):
+            return fn(ctx, *a, **k) if ctx.has(design) else None
+        return inner
+    return wrap
+
+
+def missing_design_note(ctx: ReportContext, design: str) -> "_HTML | None":
+    """One line at the top of a page whose design the database lacks (None when it has trials)."""
+    if ctx.has(design):
+        return None
+    import html
+    return _HTML(f"<p><b>{html.escape(ctx.no_trials_note(design))}</b>: this page has nothing to show.</p>")
 
 
 def sources_line(ctx: ReportContext) -> str:
@@ -80,9 +105,7 @@ def _sources_note(ctx: ReportContext) -> str:
     return f"Sources: {line}." if line else "Sources: the database has no planned Design A requests."
 
 
-DESIGN_LABELS = {"l2d": "Design A (discernment)", "cue": "Design B (cue worlds)"}
-STATUS_LABELS = {**TRIAL_STATUSES, "pending": "not yet run", "claimed": "in progress"}
-MODEL_LABELS = {"cue": "Cue weights", "discernment": "Discernment", "intervention": "Intervention contrasts"}
+STATUS_LABELS = {**TRIAL_STATUSES, **TRIAL_STATE_LABELS}
 
 
 def overview_frame(ctx: ReportContext) -> pd.DataFrame:
@@ -109,8 +132,6 @@ def overview_table(ctx: ReportContext) -> GT:
             .fmt_integer(columns=["planned", "done", "valid"]).tab_source_note(PARSE_NOTE))
 
 
-STRATEGY_LABELS = {"zero-shot": "Zero-shot", "CoT": "Chain of thought", "Reliability": "Reliability rating",
-                   "Bayesian": "Bayesian", "Defense": "Defense", "(all)": "All strategies pooled"}
 L2D_ORDER = ["SD", "TD", "CD", "rel_propensity", "truth_propensity"]
 L2D_NAMES = {k: L2D_METRIC_LABELS[k] for k in L2D_ORDER}
 
@@ -150,11 +171,12 @@ def discernment_frame(ctx: ReportContext) -> pd.DataFrame:
     return pd.DataFrame(rows)
 
 
+@needs("l2d")
 def discernment_table(ctx: ReportContext) -> GT:
     m = ctx.metrics("l2d")
     interval = m["interval"].iloc[0] if len(m) else ""
     title = "Discernment per prompt strategy (Design A)" + (" — FICTIONAL SOURCES" if fictional_sources(ctx) else "")
-    return (_gt(discernment_frame(ctx), rowname_col="LLM", groupname_col="strategy")
+    t = (_gt(discernment_frame(ctx), rowname_col="LLM", groupname_col="strategy")
             .tab_header(title, f"estimate [{interval}]")
             .tab_source_note("Δ = |P1 − P2| (the update), R = source reliability, I = |P1 − T| − |C − T| (how much "
                              "closer the claim C is to the truth T than the prior P1). SD = Spearman ρ(Δ, R); "
@@ -165,9 +187,21 @@ def discernment_table(ctx: ReportContext) -> GT:
                              "P(Δ larger for the more reliable source (larger I)), ties 1/2, pairs within strategy, "
                              "item and factor (source). Invalid answers are counted and excluded.")
             .tab_source_note(_sources_note(ctx)))
+    note = _simulator_td_note(ctx)
+    return t.tab_source_note(note) if note else t
 
 
-OUTCOME_GROUP_LABELS = {"good": "Good", "neutral": "Neutral", "bad": "Bad"}
+def _simulator_td_note(ctx: ReportContext) -> str:
+    """Why the simulators' TD is negative (their design), when the table has simulators."""
+    if not ctx.llm_table()["is_simulator"].astype(bool).any():
+        return ""
+    return ("Why the simulators' TD is negative: each moves a fraction of the way from its prior to the claim, a "
+            "fraction that depends only weakly on I (discern_stats/data/profiles.yaml), so Δ = fraction × |C − P1| "
+            "grows with the claim's distance from the prior. With priors near the truth, the claims furthest from "
+            "the prior (factor 3, then 1/3) are those furthest from the truth, the lowest I: a negative TD by "
+            "their design.")
+
+
 
 
 def outcome_frame(ctx: ReportContext) -> pd.DataFrame:
@@ -187,6 +221,7 @@ def outcome_frame(ctx: ReportContext) -> pd.DataFrame:
     return pd.DataFrame(rows, columns=["strategy", "LLM"] + cols)
 
 
+@needs("l2d")
 def outcome_table(ctx: ReportContext) -> GT:
     df = outcome_frame(ctx)
     t = _gt(df, rowname_col="LLM", groupname_col="strategy").tab_header(
@@ -202,7 +237,7 @@ def outcome_table(ctx: ReportContext) -> GT:
             .tab_source_note(_sources_note(ctx)))
 
 
-SUBGROUP_TAGS = {"era": "Era", "oecd": "OECD member"}
+SUBGROUP_TAGS = SUBGROUP_TAG_LABELS
 
 
 def subgroup_frame(ctx: ReportContext) -> pd.DataFrame:
@@ -228,6 +263,7 @@ def subgroup_frame(ctx: ReportContext) -> pd.DataFrame:
     return w[["subgroup", "LLM"] + [c for c in order if c in w.columns]]
 
 
+@needs("l2d")
 def subgroup_table(ctx: ReportContext) -> GT:
     df = subgroup_frame(ctx)
     if df.empty:
@@ -259,6 +295,7 @@ def perception_frame(ctx: ReportContext) -> pd.DataFrame:
     return w.rename(columns=names).reset_index(names="LLM")
 
 
+@needs("l2d")
 def perception_table(ctx: ReportContext) -> GT:
     return (_gt(perception_frame(ctx)).tab_header("Perception vs execution (Reliability strategy)",
                                                  "Spearman ρ, estimate [interval]; chance value 0")
@@ -277,8 +314,11 @@ def _cell(d: pd.DataFrame, metric: str, digits: int = 1) -> str:
     return "–" if r.empty else _ci(r.estimate.iloc[0], r.lo.iloc[0], r.hi.iloc[0], digits)
 
 
+CONDITIONAL_EFFECTS = ["order_at_08", "order_at_12", "time_if_A_first", "time_if_B_first", "swap_if_recognised"]
+
+
 def cue_profile_frame(ctx: ReportContext, intervention: str = "C0", stratum: str = "core",
-                      kind: str = "effect_pp") -> pd.DataFrame:
+                      kind: str = "effect_pp", conditional: bool | None = None) -> pd.DataFrame:
     """Cue effects (``kind='effect_pp'``) or identification accuracies (``'accuracy_pct'``) per LLM,
     with human labels (`core.vocab.CUE_METRIC_LABELS`)."""
     m = ctx.metrics("cue")
@@ -288,33 +328,46 @@ def cue_profile_frame(ctx: ReportContext, intervention: str = "C0", stratum: str
     lab = _llm_label(ctx)
     cells = m.assign(cell=[_ci(e, lo, hi, 1) for e, lo, hi in zip(m.estimate, m.lo, m.hi)])
     w = cells.pivot(index="llm", columns="metric", values="cell")
-    order = (CUE_EFFECTS + ["order_at_08", "order_at_12", "time_if_A_first", "time_if_B_first", "swap_if_recognised"]
-             if kind == "effect_pp" else CUE_ACC)
+    if kind != "effect_pp":
+        order = CUE_ACC
+    else:  # None: both; True / False: only the conditional / only the main effects (one table fits the page)
+        order = {None: CUE_EFFECTS + CONDITIONAL_EFFECTS, True: CONDITIONAL_EFFECTS, False: CUE_EFFECTS}[conditional]
     w = w[[c for c in order if c in w.columns]].rename(columns=CUE_METRIC_LABELS)
     w.index = [lab.get(i, i) for i in w.index]
     return w.reset_index(names="LLM")
 
 
+@needs("cue")
 def cue_profile_table(ctx: ReportContext, intervention: str = "C0", stratum: str = "core",
-                      kind: str = "effect_pp") -> GT:
-    df = cue_profile_frame(ctx, intervention, stratum, kind)
+                      kind: str = "effect_pp", conditional: bool | None = None) -> GT:
+    """Identification accuracies, or cue effects: ``conditional`` None all, False the nine main effects,
+    True the conditional effects that text order, event time and swap average or restrict."""
+    df = cue_profile_frame(ctx, intervention, stratum, kind, conditional)
     if df.empty:
         return _gt(pd.DataFrame({"note": ["no Design B trials"]}))
     m = ctx.metrics("cue")
     interval = m["interval"].iloc[0] if len(m) else ""
-    what = "cue effects (pp)" if kind == "effect_pp" else "identification accuracies and valid answers (%)"
+    what = ("identification accuracies and valid answers (%)" if kind != "effect_pp" else
+            "conditional cue effects (pp)" if conditional else "cue effects (pp)")
     t = _gt(df).tab_header(f"{STRATUM_LABELS[stratum]} worlds, {INTERVENTION_NAMES[intervention]} ({intervention}): "
                           f"{what}", f"estimate [{interval}]")
+    if kind == "effect_pp" and conditional:
+        return t.tab_source_note(
+            "Text order, B at 08:00 / 12:00: the text-order effect (B first − A first) among worlds where B's report "
+            "is about that time; Event time, A first / B first: the event-time effect (about 12:00 − about 08:00) "
+            "with that message first in the text (Text order and Event time in the table above are the means of "
+            "these pairs); Swap, worlds recognised: the swap effect on worlds whose two P3c relative-history "
+            "answers were both correct. Choice effects use valid pairs. Chance: 0 pp.")
     if kind == "effect_pp":
         return t.tab_source_note(
             "Effects on P(choose B): Swap = LH − HL (B's source has the better history); Reliability = both histories "
             "7/8 − 4/8; Quality = clear − limited identifier; Independence = separate − shared roots; Text order = B "
-            "first − A first (mean of its two conditional effects, shown at the right); Event time = B's report about "
+            "first − A first (mean of its two conditional effects); Event time = B's report about "
             "12:00 − about 08:00 (mean of the two); Repetition, Speakers and Lineage are successive steps single → "
             "repeated → two speakers → separate roots. Choice effects use valid pairs. Chance: 0 pp.")
     return t.tab_source_note("Accuracies use the planned denominator (an invalid answer counts as wrong); recognition = "
-                             "mean of HL and LH P3c accuracy; HH/LL: the equal-history probes. Chance: 50% (P1, "
-                             "verified), 25% (P2, P3c), 11.1% (single count).")
+                             "mean of HL and LH P3c accuracy (P3c: whose source has the better record); HH/LL: the "
+                             "equal-history probes. Chance: 50% (P1, verified), 25% (P2, P3c), 11.1% (single count).")
 
 
 def cue_paper_frame(ctx: ReportContext, stratum: str = "core", intervention: str = "C0") -> pd.DataFrame:
@@ -329,6 +382,7 @@ def cue_paper_frame(ctx: ReportContext, stratum: str = "core", intervention: str
                          for llm, d in m.groupby("llm", sort=True)])
 
 
+@needs("cue")
 def cue_paper_table(ctx: ReportContext, stratum: str = "core", intervention: str = "C0") -> GT:
     df = cue_paper_frame(ctx, stratum, intervention)
     n = ctx.trials("cue")
@@ -344,7 +398,8 @@ def cue_paper_table(ctx: ReportContext, stratum: str = "core", intervention: str
             .tab_source_note("Valid: valid answers of all requests (strict parse: the format the prompt asks for; "
                              "the statistics use these); Lenient: valid under the lenient parse (README). "
                              "Rec.: relative-history recognition, mean of the HL "
-                             "and LH P3c accuracy. Sw. = P(B | LH) − P(B | HL) (B's source has the better history); "
+                             "and LH P3c accuracy (P3c asks whose source has the better record). "
+                             "Sw. = P(B | LH) − P(B | HL) (B's source has the better history); "
                              "Q = clear − limited identifier; I = separate − shared roots; Text = B first − A first; "
                              "Time = B's report about 12:00 − about 08:00 (the later event); Ver.: accuracy of the "
                              "verified choices. Choice effects use valid pairs; accuracies the planned denominator. "
@@ -404,6 +459,7 @@ def weights_wide_frame(ctx: ReportContext) -> pd.DataFrame:
     return pd.DataFrame(rows)
 
 
+@needs("cue")
 def weights_table(ctx: ReportContext) -> GT:
     df = weights_wide_frame(ctx)
     if df.empty:
@@ -466,6 +522,7 @@ def contrasts_compact_frame(ctx: ReportContext, bayes: bool = False) -> pd.DataF
     return pd.DataFrame(rows)
 
 
+@needs("cue")
 def contrasts_table(ctx: ReportContext) -> GT:
     df = contrasts_compact_frame(ctx)
     if df.empty:
@@ -474,12 +531,17 @@ def contrasts_table(ctx: ReportContext) -> GT:
     return (_gt(df, rowname_col="LLM", groupname_col="group")
             .tab_header("Pre-specified intervention contrasts (pp)",
                         f"estimate [95% paired whole-world bootstrap interval]; Holm over one declared family of {n:,}")
-            .tab_source_note("* Holm-adjusted p < 0.05, ** < 0.01, *** < 0.001. Swap effect = P(B | LH) − P(B | HL); "
+            .tab_source_note(f"Stars: the contrast's p-value Holm-adjusted over the whole family of {n:,} (4 contrasts × "
+                             "2 endpoints × 2 scopes × each LLM): * < 0.05, ** < 0.01, *** < 0.001. The intervals are "
+                             "unadjusted 95% intervals, one contrast at a time, so an interval may exclude 0 without a "
+                             "star: that contrast does not survive the family-wise correction.")
+            .tab_source_note("Swap effect = P(B | LH) − P(B | HL); "
                              "|Text-order effect| = |P(B | B first) − P(B | A first)|; a contrast is the effect under "
                              "the first condition minus under the second. Base C0, Sham C1 (irrelevant table of the "
                              "ledger's length), Flat C2 (facts as prose), Ledger C3 (facts by source), +Rule C4."))
 
 
+@needs("cue")
 def contrasts_bayes_table(ctx: ReportContext) -> GT:
     df = contrasts_compact_frame(ctx, bayes=True)
     if df.empty:
@@ -491,6 +553,7 @@ def contrasts_bayes_table(ctx: ReportContext) -> GT:
                         f"{flag or 'converged (R-hat ≤ 1.01, ESS ≥ 400)'}"))
 
 
+@needs("cue")
 def contrasts_full_table(ctx: ReportContext) -> GT:
     """Every contrast with raw and Holm p-values (for the appendix and LaTeX export)."""
     c = contrasts_frame(ctx)
@@ -499,14 +562,28 @@ def contrasts_full_table(ctx: ReportContext) -> GT:
     c = c.assign(contrast=[_contrast_label(x) for x in c.contrast],
                  endpoint=[CONTRAST_ENDPOINT_LABELS.get(x, x) for x in c.endpoint],
                  scope=[STRATUM_LABELS.get(x, x) for x in c.scope],
-                 llm=[_llm_label(ctx).get(x, x) for x in c.llm], holm=[holm_stars(p) for p in c.p_holm])
+                 llm=[_llm_label(ctx).get(x, x) for x in c.llm],
+                 holm=[f"yes {holm_stars(p)}" if r else "no" for r, p in zip(c.reject, c.p_holm)])
     c = c.drop(columns=["reject"]).rename(columns={"llm": "LLM", "estimate": "estimate (pp)", "lo": "CI low",
                                                    "hi": "CI high", "p_value": "p", "p_holm": "p (Holm)",
                                                    "posterior_mean": "posterior mean", "hdi_lo": "HDI low",
-                                                   "hdi_hi": "HDI high", "holm": "Holm"})
+                                                   "hdi_hi": "HDI high", "holm": "Holm rejects"})
     num = [x for x in ("estimate (pp)", "CI low", "CI high", "posterior mean", "HDI low", "HDI high") if x in c.columns]
     return (_gt(c).tab_header("Intervention contrasts, all columns")
-            .fmt_number(columns=num, decimals=1).fmt_number(columns=["p", "p (Holm)"], decimals=4))
+            .fmt_number(columns=num, decimals=1).fmt_number(columns=["p", "p (Holm)"], decimals=4)
+            .tab_source_note(f"CI low / high: the unadjusted 95% paired whole-world bootstrap interval; p: the "
+                             f"unadjusted p-value; p (Holm): adjusted over the family of {len(c):,}; Holm rejects: "
+                             "p (Holm) < 0.05 (yes, with its stars: * < 0.05, ** < 0.01, *** < 0.001) or not (no). "
+                             "HDI: the Bayesian intervention model's 94% highest-density interval."))
+
+
+def _parameter_name(var: str) -> str:
+    """A sampler block's parameter as a reader sees it ('move_theta' -> 'P(move): group coefficients'),
+    labels from core.vocab."""
+    part, _, rest = var.partition("_")
+    if part in DISCERNMENT_PARTS and rest:
+        return f"{DISCERNMENT_PARTS[part]}: {MODEL_PARAMETER_LABELS.get(rest, rest)}"
+    return MODEL_PARAMETER_LABELS.get(var, var)
 
 
 def diagnostics_frame(ctx: ReportContext) -> pd.DataFrame:
@@ -522,7 +599,8 @@ def diagnostics_frame(ctx: ReportContext) -> pd.DataFrame:
                      "max R-hat": d["max_rhat"], "min bulk ESS": d["min_ess_bulk"], "min tail ESS": d["min_ess_tail"],
                      "divergences": d["divergences"] if m.sampler.get("sampler") != "gibbs" else "n/a (Gibbs)",
                      "sampler": m.sampler.get("sampler"),
-                     "min MH acceptance": ", ".join(f"{k} {v:.2f}" for k, v in m.sampler.get("acceptance", {}).items()),
+                     "min MH acceptance": "; ".join(f"{_parameter_name(k)} {v:.2f}"
+                                                    for k, v in m.sampler.get("acceptance", {}).items()),
                      "draws x chains": f"{m.sampler.get('draws')} x {m.sampler.get('chains')}",
                      "wall s": m.sampler.get("wall_s")})
     return pd.DataFrame(rows)
@@ -532,7 +610,9 @@ def diagnostics_table(ctx: ReportContext) -> GT:
     return (_gt(diagnostics_frame(ctx)).tab_header("Convergence of the saved fits",
                                                   "thresholds: R-hat ≤ 1.01, bulk and tail ESS ≥ 400, 0 divergences")
             .fmt_number(columns=["max R-hat"], decimals=3).fmt_number(columns=["min bulk ESS", "min tail ESS", "wall s"],
-                                                                     decimals=0))
+                                                                     decimals=0)
+            .sub_missing(missing_text="–"))  # an unavailable fit has no numbers: a dash, not 'None'
+
 
 
 def quality_frame(ctx: ReportContext) -> pd.DataFrame:
@@ -612,11 +692,13 @@ def invalid_examples(ctx: ReportContext, n: int = 8) -> GT:
     lab = _llm_label(ctx)
     bad = bad.assign(llm=bad.llm.map(lambda x: lab.get(x, x)), design=bad.design.map(lambda x: DESIGN_LABELS.get(x, x)),
                      status=bad.status.map(lambda x: STATUS_LABELS.get(x, x)),
+                     probe=[PROBE_LABELS.get(p, p) if isinstance(p, str) and p else PROBE_LABELS.get(st, st)
+                            for p, st in zip(bad.probe, bad.get("stage", pd.Series([""] * len(bad))))],
                      lenient_rule=[("–" if pd.isna(r) else parse_rule_label(r))
                                    + ("" if pd.isna(r) else " (valid)" if ok is True else " (invalid)")
                                    for r, ok in zip(bad.lenient_rule, bad.lenient_valid)])
     return _gt(bad[["llm", "design", "probe", "status", "parse_error", "lenient_rule", "raw_response"]].rename(
-        columns={"llm": "LLM", "parse_error": "why it is invalid (strict)", "lenient_rule": "lenient parse",
+        columns={"llm": "LLM", "probe": "request", "parse_error": "why it is invalid (strict)", "lenient_rule": "lenient parse",
                  "raw_response": "raw answer"}))
 
 
@@ -632,7 +714,7 @@ def at_a_glance_frame(ctx: ReportContext) -> pd.DataFrame:
         for design, d in per_llm.groupby("design"):
             rows.append({"item": DESIGN_LABELS.get(design, design),
                          "value": f"{d.done.sum():,} finished trials of {d.planned.sum():,} planned, "
-                                  f"{d.valid.sum():,} valid; {len(d)} LLM(s)"})
+                                  f"{d.valid.sum():,} valid; {_n_llms(len(d))}"})
     for kind in ("discernment", "cue", "intervention"):
         m = ctx.model(kind)
         rows.append({"item": f"{MODEL_LABELS[kind]} model", "value": f"not available ({ctx.model_error(kind)})"
@@ -640,8 +722,14 @@ def at_a_glance_frame(ctx: ReportContext) -> pd.DataFrame:
     return pd.DataFrame(rows)
 
 
+def _n_llms(n: int) -> str:
+    return f"{n} LLM" if n == 1 else f"{n} LLMs"
+
+
 def at_a_glance_table(ctx: ReportContext) -> GT:
-    return _gt(at_a_glance_frame(ctx)).tab_header("At a glance")
+    """Two columns without headers: what (database, trials per design, each fit) and its value."""
+    return (_gt(at_a_glance_frame(ctx)).tab_header("At a glance").tab_options(column_labels_hidden=True)
+            .tab_style(style.text(weight="bold", whitespace="nowrap"), loc.body(columns="item")))
 
 
 def to_latex(table: GT, path: str | None = None) -> str:

@@ -1,0 +1,53 @@
+"""`discern-stats fit` right after the demo reuses the demo's fits (issue 28, point 2): the
+command's sampler defaults are the demo's, model by model."""
+
+from __future__ import annotations
+
+import inspect
+
+import pytest
+
+from discern_stats import cli
+from discern_stats.bayes import MODELS
+
+
+def _defaults(command) -> dict:
+    return {name: p.default.default for name, p in inspect.signature(command).parameters.items()
+            if hasattr(p.default, "default")}
+
+
+def _fit_settings(monkeypatch, tmp_path, model: str, argv: list[str]) -> dict:
+    """The fit_kwargs `discern-stats fit MODEL ...` hands to fit_or_load (recorded, nothing fitted)."""
+    from typer.testing import CliRunner
+    seen = {}
+
+    class Recorded(Exception):
+        pass
+
+    def record(cls, df, folder, fit_kwargs=None, **config):
+        seen.update(fit_kwargs)
+        raise Recorded
+
+    monkeypatch.setattr(cli, "_finished_trials", lambda db, design: None)
+    monkeypatch.setattr(MODELS[model], "fit_or_load", classmethod(record))
+    r = CliRunner().invoke(cli.app, ["fit", model, "--models", str(tmp_path), *argv])
+    assert isinstance(r.exception, Recorded), r.output
+    return seen
+
+
+@pytest.mark.parametrize("model", sorted(MODELS))
+def test_fit_defaults_are_the_demos(monkeypatch, tmp_path, model):
+    demo = _defaults(cli.demo_cmd)
+    cls = MODELS[model]
+    got = _fit_settings(monkeypatch, tmp_path, model, [])
+    # what run_demo passes to fit_or_load for this model (discern_stats/demo.py)
+    want = {"draws": demo["draws"] * cls.draws_factor, "chains": demo["chains"], "random_seed": demo["seed"],
+            "tune": None if cls.default_sampler == "gibbs" else demo["draws"]}
+    assert {k: got[k] for k in want} == want
+    assert got["sampler"] in (None, cls.default_sampler)
+
+
+def test_explicit_settings_are_passed_through(monkeypatch, tmp_path):
+    """A negative control: the recorder sees what the command line says."""
+    got = _fit_settings(monkeypatch, tmp_path, "cue", ["--draws", "17", "--chains", "3"])
+    assert got["draws"] == 17 and got["chains"] == 3
