@@ -35,6 +35,7 @@ class FakeOpenAIServer:
         self.rng = random.Random(seed)
         self.port = port
         self.counts: dict[str, int] = {"requests": 0, "ok": 0, "rate_limited": 0, **{f: 0 for f in faults}}
+        self.arrivals: list[float] = []  # time.monotonic() of every request's arrival (tests: sent after a kill)
         # rate limit: a token bucket of rate_limit_rps tokens per second holding at most a tenth of a
         # second's worth; a request without a token gets 429 (with Retry-After when retry_after_s is set)
         self.rate_limit_rps, self.retry_after_s = rate_limit_rps, retry_after_s
@@ -71,6 +72,7 @@ class FakeOpenAIServer:
 
     async def _respond(self, method: str, path: str, body: bytes) -> tuple[int, Any]:
         self.counts["requests"] += 1
+        self.arrivals.append(time.monotonic())
         if not path.endswith("/chat/completions") or method != "POST":
             return 404, {"error": {"message": f"no route {method} {path}"}}
         if self.rate_limit_rps:
