@@ -261,3 +261,193 @@ def test_max_requests_counts_timeouts_across_workers(sqlite_url):
         time.sleep(0.2)
         requests = srv.counts["requests"]
     assert requests == 12 == r.sent
+
+
+# ----------------------------------------------------------------------------------------- point 3
+class _Outage:
+    """Every INSERT / UPDATE on ``engine`` fails with SQLite's "disk I/O error" while ``on`` (a
+    full or failing disk, seen from the collector); reads go through."""
+
+    def __init__(self, engine, message: str = "disk I/O error") -> None:
+        import sqlalchemy as sa
+        self.on, self.failed, self.message = False, 0, message
+
+        @sa.event.listens_for(engine, "before_cursor_execute")
+        def fail(conn, cursor, statement, params, context, executemany):  # noqa: ANN001
+            if self.on and statement.lstrip().split(None, 1)[0].upper() in ("INSERT", "UPDATE"):
+                self.failed += 1
+                import sqlite3
+                raise sqlite3.OperationalError(self.message)
+
+
+def test_a_short_database_hiccup_loses_nothing(sqlite_url, tmp_path, monkeypatch):
+    """Writes fail for 0.8 s mid-run (retried with back-off): every trial done, each answered once,
+    nothing journaled. Before: the writer died with the first failed write (a traceback, trials
+    left claimed, the run left 'running')."""
+    import threading
+    monkeypatch.setenv("DISCERN_JOURNAL_DIR", str(tmp_path / "journal"))
+    db = ds.TrialDB(sqlite_url)
+    design_cue(db.engine, n_worlds=1)
+    out = _Outage(db.engine)
+    with FakeOpenAIServer("credulous", latency_ms=50) as srv:
+        def hiccup():
+            _wait_for(lambda: srv.counts["ok"] >= 10, 30)
+            out.on = True
+            time.sleep(0.8)
+            out.on = False
+        th = threading.Thread(target=hiccup)
+        th.start()
+        r = collect(db, spec_from_dict(_server_spec(srv, concurrency=4)), progress=False)
+        th.join()
+        ok = srv.counts["ok"]
+    assert out.failed > 0
+    assert r.done == 48 and ok == 48
+    assert (db.table(Trial).state == "done").all()
+    assert list(db.table(Run).status) == ["finished"]
+    assert not (tmp_path / "journal").exists() or not list((tmp_path / "journal").glob("*.jsonl"))
+
+
+def test_a_database_that_stays_away_keeps_answers_in_a_journal(sqlite_url, tmp_path, monkeypatch):
+    """The disk fails for good after 10 answers (patience 1 s): one line naming the journal, the
+    answered responses in it; the next run loads them, and every answer the server gave is a done
+    trial (none paid twice). Before: 'database or disk is full' lost every answer in flight with a
+    traceback, the run stayed 'running' and its trials 'claimed'."""
+    import threading
+
+    from discern_stats.core.errors import CollectorError
+    monkeypatch.setenv("DISCERN_JOURNAL_DIR", str(tmp_path / "journal"))
+    db = ds.TrialDB(sqlite_url)
+    design_cue(db.engine, n_worlds=1)
+    out = _Outage(db.engine, "database or disk is full")
+    with FakeOpenAIServer("credulous", latency_ms=100) as srv:
+        spec = _server_spec(srv, concurrency=4, database_patience_s=1.0)
+
+        def fail_for_good():
+            _wait_for(lambda: srv.counts["ok"] >= 10, 30)
+            out.on = True
+        th = threading.Thread(target=fail_for_good)
+        th.start()
+        with pytest.raises(CollectorError) as err:
+            collect(db, spec_from_dict(spec), progress=False)
+        th.join()
+        msg = str(err.value)
+        assert "\n" not in msg and "stopped taking writes" in msg and "database or disk is full" in msg
+        journals = list((tmp_path / "journal").glob("*.jsonl"))
+        assert len(journals) == 1 and str(journals[0]) in msg
+        kept = sum("trial" in json.loads(ln) for ln in journals[0].read_text().splitlines())
+        assert kept > 0 and f"{kept} answered response(s) are kept" in msg
+        out.on = False  # the disk has room again
+        with pytest.warns(UserWarning, match=f"{kept} answered response"):
+            r = collect(db, spec_from_dict(spec), progress=False)
+        ok = srv.counts["ok"]
+    t = db.table(Trial)
+    assert (t.state == "done").all() and len(t) == 48
+    assert ok == 48  # every answer paid for is a trial: none lost, none asked again
+    assert not list((tmp_path / "journal").glob("*.jsonl"))  # loaded (kept as *.loaded-<time>)
+    runs = db.table(Run).set_index("id")
+    assert runs.loc[r.run_id, "status"] == "finished" and set(runs.status) == {"database_away", "finished"}
+    att = db.attempts()
+    assert att[att.ok.astype(bool)].trial_id.nunique() == 48
+
+
+class _CuttableProxy:
+    """A TCP proxy on 127.0.0.1 in front of PostgreSQL: ``restart(s)`` drops every connection and
+    refuses new ones for ``s`` seconds, as a PostgreSQL restart does to its clients (the tests
+    share one server with other sessions: restarting it is not safe)."""
+
+    def __init__(self, port: int = 5432) -> None:
+        import socket
+        import threading
+        self.target = ("127.0.0.1", port)
+        self.sock = socket.socket()
+        self.sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        self.sock.bind(("127.0.0.1", 0))
+        self.sock.listen(128)
+        self.port = self.sock.getsockname()[1]
+        self.refusing_until = 0.0
+        self.conns: list = []
+        self.lock = threading.Lock()
+        self.closed = False
+        threading.Thread(target=self._accept, daemon=True).start()
+
+    def _accept(self) -> None:
+        import socket
+        import threading
+        while not self.closed:
+            try:
+                c, _ = self.sock.accept()
+            except OSError:
+                return
+            if time.monotonic() < self.refusing_until:
+                c.close()
+                continue
+            try:
+                u = socket.create_connection(self.target, timeout=5)
+            except OSError:
+                c.close()
+                continue
+            with self.lock:
+                self.conns += [c, u]
+            for a, b in ((c, u), (u, c)):
+                threading.Thread(target=self._pump, args=(a, b), daemon=True).start()
+
+    @staticmethod
+    def _pump(a, b) -> None:  # noqa: ANN001
+        try:
+            while True:
+                data = a.recv(65536)
+                if not data:
+                    break
+                b.sendall(data)
+        except OSError:
+            pass
+        finally:
+            for s in (a, b):
+                try:
+                    s.close()
+                except OSError:
+                    pass
+
+    def restart(self, seconds: float) -> None:
+        import socket
+        self.refusing_until = time.monotonic() + seconds
+        with self.lock:
+            conns, self.conns = self.conns, []
+        for s in conns:
+            try:
+                s.shutdown(socket.SHUT_RDWR)
+                s.close()
+            except OSError:
+                pass
+
+    def close(self) -> None:
+        self.closed = True
+        self.sock.close()
+        self.restart(0)
+
+
+@pytest.mark.postgres
+def test_a_postgres_restart_mid_run_loses_nothing(pg_url, tmp_path):
+    """PostgreSQL 'restarts' (every connection dropped, new ones refused for 0.5 s) twice mid-run,
+    under a collector process: exit 0, no traceback, every trial done, each request sent once.
+    Before: exit 1 with 4 tracebacks, 35 answered responses not recorded, 43 trials left claimed,
+    the run left 'running'."""
+    db = ds.TrialDB(pg_url)
+    design_cue(db.engine, n_worlds=2)  # 96 requests
+    proxy = _CuttableProxy()
+    via = pg_url.replace("127.0.0.1:5432", f"127.0.0.1:{proxy.port}")
+    try:
+        with FakeOpenAIServer("credulous", latency_ms=100) as srv:
+            p = _collector(tmp_path, via, _server_spec(srv, concurrency=4))
+            for at in (15, 50):
+                assert _wait_for(lambda: srv.counts["ok"] >= at or p.poll() is not None, 90)
+                proxy.restart(0.5)
+            out, err = p.communicate(timeout=180)
+            requests = srv.counts["requests"]
+    finally:
+        proxy.close()
+    assert p.returncode == 0 and "Traceback" not in err, err[-3000:]
+    t = db.table(Trial)
+    assert (t.state == "done").all() and len(t) == 96
+    assert requests == 96
+    assert list(db.table(Run).status) == ["finished"]

@@ -29,7 +29,7 @@ from tenacity import AsyncRetrying, retry_if_exception, stop_after_attempt, wait
 from ..store.db import Attempt, Item, Request, Run, Source, Trial, dumps, insert_ignore_many, utcnow
 from ..store.trialdb import TrialDB
 from .budget import RequestBudget
-from .journal import DatabaseAway, with_db_retry
+from .journal import DatabaseAway, keep_run_end, with_db_retry
 from .parsing import message_fields
 from .planning import PreparedRun, open_trials
 from .providers import (build_chat_model, close_chat_model, endpoint, error_type, http_status, is_retryable,
@@ -227,8 +227,8 @@ class Collector:
                              .values(state="pending", claimed_by=None, lease_until=None))
         try:
             with_db_retry(end, patience_s=0 if status == "database_away" else self.spec.database_patience_s)
-        except DatabaseAway:
-            pass
+        except DatabaseAway:  # the next run on this database marks it (`journal.load_journal`)
+            keep_run_end(self.db, self.result.run_id, status)
 
     async def run(self) -> CollectResult:
         spec = self.spec

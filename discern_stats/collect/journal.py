@@ -26,7 +26,7 @@ from typing import Any, Callable, TypeVar
 import sqlalchemy as sa
 from tenacity import Retrying, retry_if_exception, stop_after_delay, wait_exponential
 
-from ..store.db import Attempt, Trial, upsert_many
+from ..store.db import Attempt, Run, Trial, upsert_many
 from ..store.trialdb import TrialDB
 
 T_ = TypeVar("T_")
@@ -100,6 +100,18 @@ def keep(db: TrialDB, run_id: int, rows: list[tuple[dict[str, Any], list[dict[st
     return path
 
 
+def keep_run_end(db: TrialDB, run_id: int, status: str) -> None:
+    """Note in the journal how a run ended that could not say so in the database (best effort)."""
+    try:
+        path = journal_path(db)
+        path.parent.mkdir(parents=True, exist_ok=True)
+        with open(path, "a", encoding="utf-8") as f:
+            f.write(json.dumps({"db": _url_text(db), "run_end": run_id, "status": status,
+                                "ended_at": dt.datetime.now(dt.timezone.utc)}, default=_default) + "\n")
+    except OSError:
+        pass
+
+
 TRIAL_COLUMNS = ["state", "raw_response", "status", "valid", "answer", "value", "rated_reliability", "choice",
                  "correct", "parse_error", "strict_valid", "strict_rule", "lenient_valid", "lenient_rule",
                  "lenient_error", "finish_reason", "error", "latency_ms", "tokens_in", "tokens_out", "messages_json",
@@ -119,10 +131,14 @@ def load_journal(db: TrialDB) -> int:
             recs.append(json.loads(line, object_hook=_hook))
         except json.JSONDecodeError:  # a line cut off by the outage that stopped the run
             continue
-    T = Trial.__table__
+    T, Rn = Trial.__table__, Run.__table__
     n = 0
     with db.engine.begin() as conn:
         for r in recs:
+            if "run_end" in r:  # a run that could not mark its end
+                conn.execute(sa.update(Rn).where(Rn.c.id == r["run_end"], Rn.c.status == "running")
+                             .values(status=r["status"], ended_at=r["ended_at"]))
+                continue
             upd = r["trial"]
             vals = {c: upd.get(c) for c in TRIAL_COLUMNS if c in upd}
             res = conn.execute(sa.update(T).where(T.c.id == upd["id"], T.c.key == upd["key"], T.c.state != "done")
@@ -133,7 +149,11 @@ def load_journal(db: TrialDB) -> int:
                 upsert_many(conn, Attempt, r["attempts"], ["trial_id", "n"])
     stamp = dt.datetime.now(dt.timezone.utc).strftime("%Y%m%dT%H%M%SZ")
     path.rename(path.with_name(f"{path.name}.loaded-{stamp}"))
-    if n:
+    if n:  # a run that kept answers here ended with its database away
+        conn_runs = {r["run_id"] for r in recs if "trial" in r}
+        with db.engine.begin() as conn:
+            conn.execute(sa.update(Rn).where(Rn.c.id.in_(conn_runs), Rn.c.status == "running")
+                         .values(status="database_away"))
         warnings.warn(f"{n} answered response(s) that an earlier run kept in {path} while the database was away "
                       f"are now in the database", stacklevel=2)
     return n
