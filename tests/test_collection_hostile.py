@@ -451,3 +451,129 @@ def test_a_postgres_restart_mid_run_loses_nothing(pg_url, tmp_path):
     assert (t.state == "done").all() and len(t) == 96
     assert requests == 96
     assert list(db.table(Run).status) == ["finished"]
+
+
+# ----------------------------------------------------------------------------------------- point 8
+def test_a_long_retry_after_is_capped():
+    """Retry-After: 3600 with retry.max_retry_after_s = 0.2: the retries go 0.2 s apart and the
+    request fails after max_attempts. Before: each wait was 3600 s (the run stalled silently)."""
+    import asyncio
+
+    from discern_stats.collect.collector import _with_retries
+    from discern_stats.collect.direct_client import DirectHTTPError
+    from discern_stats.collect.spec import RetryPolicy
+    calls: list[float] = []
+
+    async def once():
+        calls.append(time.monotonic())
+        raise DirectHTTPError(429, "slow down", {"Retry-After": "3600"})
+    policy = RetryPolicy(max_attempts=3, initial_wait_s=0.01, max_wait_s=0.02, jitter_s=0.0, max_retry_after_s=0.2)
+    with pytest.raises(DirectHTTPError):
+        asyncio.run(asyncio.wait_for(_with_retries(once, policy), timeout=10))
+    gaps = [b - a for a, b in zip(calls, calls[1:])]
+    assert len(calls) == 3 and all(0.19 <= g < 1.0 for g in gaps), gaps
+
+
+def test_waits_show_in_the_progress_line(sqlite_url):
+    """While retries wait (Retry-After 0.6 s here), the progress line says how many and for how long."""
+    import discern_stats.collect.collector as C
+    db = ds.TrialDB(sqlite_url)
+    design_cue(db.engine, n_worlds=1)
+    shown: list[str] = []
+    orig = C.Collector._show_progress
+
+    def spy(self, t0, **fields):
+        orig(self, t0, **fields)
+        shown.append(self.progress.tasks[0].fields.get("waiting", ""))
+    with FakeOpenAIServer("credulous", fault_rate=1.0, faults=("429",), retry_after_s=0.6) as srv:
+        spec = _server_spec(srv, concurrency=2, retry={"max_attempts": 3, "initial_wait_s": 0.01, "max_wait_s": 0.02,
+                                                       "jitter_s": 0, "max_retry_after_s": 5})
+        C.Collector._show_progress = spy
+        try:
+            r = collect(db, spec_from_dict(spec), progress=False, max_requests=6)
+        finally:
+            C.Collector._show_progress = orig
+    assert r.sent == 6
+    assert any("waiting ≤" in s for s in shown), shown[:20]
+
+
+# ----------------------------------------------------------------------------------------- point 9
+LLM_OK = {"name": "s", "provider": "synthetic:credulous"}
+
+
+@pytest.mark.parametrize("change, msg", [
+    ({"lease_s": 1e15}, "lease_s"),
+    ({"lease_s": float("inf")}, "lease_s"),
+    ({"timeout_s": float("inf")}, "timeout_s"),
+    ({"requests_per_second": 1e-12}, "requests_per_second"),
+    ({"interventions": []}, "names no intervention"),
+    ({"llms": [dict(LLM_OK, extra={"api_key": "sk-123"})]}, "api_key_env"),
+    ({"llms": [dict(LLM_OK, name="")]}, "llms.0.name"),
+    ({"llms": [dict(LLM_OK, max_tokens=-5)]}, "max_tokens"),
+    ({"llms": [{"name": "o", "provider": "openai:x", "base_url": "http://127.0.0.1:8000/v1\n"}]}, "line break"),
+    ({"retry": {"max_wait_s": float("inf")}}, "max_wait_s"),
+])
+def test_spec_edges_are_one_line_errors(sqlite_url, change, msg):
+    """Before: OverflowError tracebacks after writing an LLM row, 48 trials and a 'running' run
+    (lease_s 1e15 / .inf); every trial failed (timeout_s .inf); a hang (1e-12 req/s); silently C0
+    (interventions []); accepted (empty name, negative max_tokens, a key in extra); a traceback
+    (a base_url ending in a newline)."""
+    from discern_stats.core.errors import SpecError
+    with pytest.raises(SpecError, match=msg) as err:
+        spec_from_dict({"name": "e", "design": "cue", "llms": [LLM_OK], **change})
+    assert "\n" not in str(err.value).replace("\\n", "")
+
+
+def test_more_spec_edges_leave_the_database_unchanged(sqlite_url, tmp_path):
+    """A duplicated YAML key, a missing profile_file, an 'extra' the chat model refuses, a read-only
+    database: one line each (SpecError), the database byte-for-byte as it was."""
+    import sqlite3
+
+    from discern_stats.collect.spec import load_spec
+    from discern_stats.core.errors import SpecError
+    db = ds.TrialDB(sqlite_url)
+    design_cue(db.engine, n_worlds=1)
+    db.engine.dispose()
+    path = Path(sqlite_url.removeprefix("sqlite:///"))
+
+    def dump() -> str:
+        with sqlite3.connect(path) as conn:
+            return "\n".join(conn.iterdump())
+    before = dump()
+    y = tmp_path / "dup.yaml"
+    y.write_text("name: a\ndesign: cue\nname: b\nllms: [{name: s, provider: 'synthetic:credulous'}]\n")
+    with pytest.raises(SpecError, match="'name' is given twice"):
+        load_spec(y)
+    bad = [({"name": "p", "design": "cue", "llms": [dict(LLM_OK, profile_file=str(tmp_path / "nope.yaml"))]},
+            "does not exist"),
+           ({"name": "x", "design": "cue", "llms": [dict(LLM_OK, extra={"latency_ms": "slow"})]},
+            "refused by the chat model")]
+    for spec, msg in bad:
+        with pytest.raises(SpecError, match=msg):
+            collect(sqlite_url, spec_from_dict(spec), progress=False)
+        assert dump() == before
+    os.chmod(path, 0o444)
+    try:
+        if os.access(path, os.W_OK):
+            pytest.skip("running as a user who can write read-only files")
+        with pytest.raises(SpecError, match="read-only"):
+            collect(sqlite_url, spec_from_dict({"name": "r", "design": "cue", "llms": [LLM_OK]}), progress=False)
+    finally:
+        os.chmod(path, 0o644)
+    assert dump() == before
+
+
+# ---------------------------------------------------------------------------------------- point 10
+def test_secrets_in_extra_are_never_stored(sqlite_url):
+    """Before: extra.default_headers.X-Secret was written verbatim to run.spec_json and llm.params_json."""
+    from discern_stats.store.db import LLM
+    db = ds.TrialDB(sqlite_url)
+    design_cue(db.engine, n_worlds=1)
+    with FakeOpenAIServer("credulous") as srv:
+        spec = _server_spec(srv)
+        spec["llms"][0]["extra"] = {"default_headers": {"X-Secret": "hunter2-header"}, "model_kwargs":
+                                    {"user": "me", "access_token": "hunter2-token"}}
+        collect(db, spec_from_dict(spec), progress=False, max_requests=2)
+    stored = " ".join(db.table(Run).spec_json) + " ".join(db.table(LLM).params_json)
+    assert "hunter2" not in stored
+    assert "X-Secret" in stored and '"user": "me"' in stored.replace('":"', '": "')  # names kept, non-secrets kept

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import os
+from pathlib import Path
 from typing import Any
 
 from langchain_core.language_models.chat_models import BaseChatModel
@@ -113,7 +114,17 @@ def validate_llms(run: RunSpec) -> None:
                 u.port
             except ValueError:
                 raise SpecError(f"LLM {m.name!r}: base_url {m.base_url!r} has an invalid port") from None
-        model = build_chat_model(m, run)
+        if m.profile_file is not None and not Path(m.profile_file).is_file():
+            raise SpecError(f"LLM {m.name!r}: profile_file {m.profile_file} does not exist (relative paths start "
+                            f"at {Path.cwd()})")
+        try:
+            model = build_chat_model(m, run)
+        except SpecError:
+            raise
+        except (TypeError, ValueError) as exc:  # pydantic's ValidationError is a ValueError
+            first = " ".join(str(exc).split())[:300]
+            raise SpecError(f"LLM {m.name!r}: its settings are refused by the chat model ({type(exc).__name__}: "
+                            f"{first}); check 'extra' and the sampling settings") from None
         try:
             asyncio.run(close_chat_model(model))
         except RuntimeError:  # pragma: no cover - called inside a running loop: nothing was opened there
