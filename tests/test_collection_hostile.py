@@ -577,3 +577,32 @@ def test_secrets_in_extra_are_never_stored(sqlite_url):
     stored = " ".join(db.table(Run).spec_json) + " ".join(db.table(LLM).params_json)
     assert "hunter2" not in stored
     assert "X-Secret" in stored and '"user": "me"' in stored.replace('":"', '": "')  # names kept, non-secrets kept
+
+
+# ---------------------------------------------------------------------------------------- 28.6
+@pytest.mark.parametrize("workers", [1, 2])
+def test_ctrl_c_says_what_was_kept_and_marks_the_run(sqlite_url, tmp_path, workers):
+    """Ctrl-C (SIGINT to the process group, as a terminal sends it) during `collect`: one line saying
+    what was kept and how to resume, the runs marked 'interrupted', no claim left behind, no
+    traceback. Before: exit 130 with nothing said, the run left 'running'."""
+    db = ds.TrialDB(sqlite_url)
+    design_cue(db.engine, n_worlds=2)
+    with FakeOpenAIServer("credulous", latency_ms=200) as srv:
+        spec = tmp_path / "s.yaml"
+        spec.write_text(json.dumps(_server_spec(srv, concurrency=4, workers=workers)))  # JSON is YAML
+        p = subprocess.Popen([sys.executable, "-c", "from discern_stats.cli import app; app()", "collect", str(spec),
+                              "--db", sqlite_url, "--quiet"], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                             text=True, start_new_session=True)
+        assert _wait_for(lambda: _done(db) >= 10 or p.poll() is not None, 90)
+        os.killpg(p.pid, signal.SIGINT)
+        out, err = p.communicate(timeout=60)
+    lines = [ln for ln in err.splitlines() if ln.strip()]
+    assert p.returncode != 0 and "Traceback" not in err, err[-3000:]
+    said = [ln for ln in lines if ln.startswith("interrupted:")]
+    assert len(said) == 1 and "re-run the same command to resume" in said[0], lines
+    assert len([ln for ln in lines if ln != said[0] and ln.strip() != "Aborted!"]) == 0, lines
+    runs = db.table(Run)
+    assert set(runs.status) == {"interrupted"} and runs.run_group.nunique() == 1
+    t = db.table(Trial)
+    assert (t.state == "claimed").sum() == 0
+    assert f"{int(t.state.isin(['done', 'failed']).sum())} trial(s) answered" in said[0]

@@ -150,7 +150,7 @@ class Collector:
     def __init__(self, db: TrialDB, spec: RunSpec, prepared: PreparedRun, *, budget: RequestBudget | None = None,
                  me: str | None = None, progress: bool = True, shared_done: Any = None,
                  others_done: list[Any] | None = None, borrow: int = 0, lenders_ready: Any = None, ready: Any = None,
-                 parent_pid: int | None = None, run_group: str | None = None):
+                 parent_pid: int | None = None, run_group: str | None = None, halt: Any = None):
         self.db, self.spec, self.prepared = db, spec, prepared
         self.budget = budget or RequestBudget(spec.budget.max_requests)
         self.borrow, self.lenders_ready, self.ready = borrow, lenders_ready, ready
@@ -158,6 +158,7 @@ class Collector:
         self.others_done = others_done or []  # the other workers' counters, shown in this progress bar
         self.parent_pid = parent_pid
         self.run_group = run_group
+        self.halt = halt  # a multiprocessing.Event: the parent was interrupted (Ctrl-C); stop as it does
         self.me = me or collector_id()
         self.show_progress = progress
         self.secrets = [os.environ.get(m.api_key_env, "") for m in spec.llms if m.api_key_env]
@@ -261,7 +262,7 @@ class Collector:
             if self.ready is not None:
                 with self.ready.get_lock():
                     self.ready.value += 1
-            ticker = asyncio.create_task(self._tick(t0))
+            ticker = asyncio.create_task(self._tick(t0, asyncio.current_task()))
             try:
                 await asyncio.gather(*(self._llm_loop(m, llm_ids[m.name], models[m.name]) for m in spec.llms))
                 await self.writer.results.put(None)
@@ -299,10 +300,14 @@ class Collector:
             fields["waiting"] = ""
         self.progress.update(self.task, completed=n, rate=n / el if el else 0.0, **fields)
 
-    async def _tick(self, t0: float) -> None:
-        """Refresh the progress bar: the other worker processes' counts, the waits."""
+    async def _tick(self, t0: float, main: Any) -> None:
+        """Refresh the progress bar (the other worker processes' counts, the waits); stop the run
+        (``main``, the task of `run`) when the parent says so (``halt``)."""
         while True:
-            await asyncio.sleep(0.5)
+            await asyncio.sleep(0.2)
+            if self.halt is not None and self.halt.is_set():
+                main.cancel()
+                return
             self._show_progress(t0)
 
     async def _sleep(self, seconds: float) -> None:

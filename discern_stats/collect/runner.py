@@ -188,21 +188,27 @@ def _llm_ids(db: TrialDB, spec: RunSpec) -> dict[str, int]:
 
 
 def _worker_main(parent: int, url: str, spec_json: str, concurrency: int, limit: int | None, done: Any, sent: Any,
-                 ready: Any, go: Any, out: Any, group: str) -> None:
+                 ready: Any, go: Any, halt: Any, out: Any, group: str) -> None:
     """Entry point of a collector worker process (spawned by `collect`): it watches its parent from its
-    first statement, imports while the parent plans, then waits for ``go``."""
+    first statement, imports while the parent plans, then waits for ``go``. It ignores SIGINT (it is
+    started with SIGINT ignored, so a Ctrl-C during its imports prints nothing): on Ctrl-C the parent
+    sets ``halt``, and the worker stops as the parent does (its run marked 'interrupted')."""
     _die_with_parent(parent)
     try:
         spec = RunSpec.model_validate_json(spec_json).model_copy(update={"concurrency": concurrency, "workers": 1})
         while not go.wait(0.5):
             if os.getppid() != parent:
                 os._exit(3)
+        if halt.is_set():
+            out.put(("interrupted", ""))
+            return
         db = TrialDB(url, create=False)
         prepared = PreparedRun(_llm_ids(db, spec), planned=0)  # the parent prepared the run
         res = _run_async(Collector(db, spec, prepared, budget=RequestBudget(limit, sent), progress=False,
-                                   shared_done=done, ready=ready, parent_pid=parent, run_group=group).run())
+                                   shared_done=done, ready=ready, parent_pid=parent, run_group=group,
+                                   halt=halt).run())
         out.put(("ok", res.__dict__))
-    except KeyboardInterrupt:  # Ctrl-C reaches the whole process group: the parent says what was kept
+    except (KeyboardInterrupt, asyncio.CancelledError):  # halted on Ctrl-C: the parent says what was kept
         out.put(("interrupted", ""))
     except BaseException as exc:  # noqa: BLE001 - reported by the parent
         out.put(("error", f"{type(exc).__name__}: {exc}"))
@@ -223,12 +229,16 @@ def _collect_with_workers(db: TrialDB, spec: RunSpec, n: int, *, progress: bool,
     sent = ctx.Value("q", 0)  # the budget is shared: requests reserved or sent by every process
     budget = RequestBudget(limit, sent)
     ready = ctx.Value("q", 0)  # workers collecting; until all are, this process runs their slots too
-    go, out = ctx.Event(), ctx.Queue()
+    go, halt, out = ctx.Event(), ctx.Event(), ctx.Queue()
     procs = [ctx.Process(target=_worker_main, args=(os.getpid(), db.url, spec.model_dump_json(), conc[i], limit,
-                                                    counters[i], sent, ready, go, out, group), daemon=True)
+                                                    counters[i], sent, ready, go, halt, out, group), daemon=True)
              for i in range(1, n)]
-    for p in procs:  # they import while this process plans
-        p.start()
+    old = signal.signal(signal.SIGINT, signal.SIG_IGN)  # inherited: workers ignore Ctrl-C (see _worker_main)
+    try:
+        for p in procs:  # they import while this process plans
+            p.start()
+    finally:
+        signal.signal(signal.SIGINT, old)
     interrupted = False
     try:
         prepared = _prepare(db, spec)
@@ -258,7 +268,8 @@ def _collect_with_workers(db: TrialDB, spec: RunSpec, n: int, *, progress: bool,
         interrupted = True
         raise
     finally:
-        if interrupted:  # the workers got Ctrl-C too: let them mark their runs and give their claims back
+        if interrupted:  # halt the workers: they mark their runs and give their claims back
+            halt.set()
             deadline = time.monotonic() + 10
             for p in procs:
                 p.join(max(0.1, deadline - time.monotonic()))
