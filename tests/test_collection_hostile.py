@@ -606,3 +606,20 @@ def test_ctrl_c_says_what_was_kept_and_marks_the_run(sqlite_url, tmp_path, worke
     t = db.table(Trial)
     assert (t.state == "claimed").sum() == 0
     assert f"{int(t.state.isin(['done', 'failed']).sum())} trial(s) answered" in said[0]
+
+
+# ---------------------------------------------------------------------------------------- point 11
+def test_worker_runs_share_a_run_group_and_trials_record_the_served_model(sqlite_url):
+    """Before: a `--workers N` run left N run rows with nothing linking them, and no trial said which
+    model the server reported or its system fingerprint."""
+    db = ds.TrialDB(sqlite_url)
+    design_cue(db.engine, n_worlds=1)
+    with FakeOpenAIServer("credulous", latency_ms=20) as srv:
+        r = collect(db, spec_from_dict(_server_spec(srv, concurrency=4, workers=2)), progress=False)
+    assert r.done == 48
+    runs = db.table(Run)
+    assert len(runs) >= 2 and runs.run_group.notna().all() and runs.run_group.nunique() == 1
+    assert runs.run_group.iloc[0] == r.run_group and sorted(r.run_ids) == sorted(runs.id)
+    t = db.table(Trial)
+    assert (t.model_reported == "synthetic-served").all() and (t.system_fingerprint == "fp_simulator").all()
+    assert t.tokens_in.notna().all() and t.finish_reason.eq("stop").all()

@@ -105,7 +105,7 @@ class FakeOpenAIServer:
         self.counts["ok"] += 1
         n_in = sum(len(m["content"].split()) for m in req["messages"])
         return 200, {"id": f"chatcmpl-{self.counts['requests']}", "object": "chat.completion", "created": int(time.time()),
-                     "model": req.get("model", "synthetic"),
+                     "model": f"{req.get('model', 'synthetic')}-served", "system_fingerprint": "fp_simulator",
                      "choices": [{"index": 0, "message": {"role": "assistant", "content": text}, "finish_reason": "stop"}],
                      "usage": {"prompt_tokens": n_in, "completion_tokens": len(text.split()),
                                "total_tokens": n_in + len(text.split())}}
