@@ -623,3 +623,34 @@ def test_worker_runs_share_a_run_group_and_trials_record_the_served_model(sqlite
     t = db.table(Trial)
     assert (t.model_reported == "synthetic-served").all() and (t.system_fingerprint == "fp_simulator").all()
     assert t.tokens_in.notna().all() and t.finish_reason.eq("stop").all()
+
+
+# ----------------------------------------------------------------------------------------- point 7
+def test_anthropic_requests_follow_the_messages_api_contract(sqlite_url, monkeypatch):
+    """Against a server that enforces the Messages API (x-api-key, anthropic-version, body): every
+    trial answered; no Authorization header; the system prompt top-level; a wrong key fails with
+    HTTP 401 and appears nowhere. Before: with the pinned SDK every request carried
+    'Authorization: Bearer' and no x-api-key (48 of 48 rejected with 401)."""
+    from discern_stats.simulate.server import AnthropicMessagesServer
+    monkeypatch.setenv("TEST_ANTHROPIC_KEY", "sk-ant-test-good")
+    monkeypatch.setenv("TEST_ANTHROPIC_BAD", "sk-ant-test-wrong")
+    db = ds.TrialDB(sqlite_url)
+    design_cue(db.engine, n_worlds=1)
+    with AnthropicMessagesServer("sk-ant-test-good") as srv:
+        llm = {"name": "claude", "provider": "anthropic:claude-test", "base_url": srv.base_url,
+               "api_key_env": "TEST_ANTHROPIC_KEY"}
+        spec = {"name": "a", "design": "cue", "concurrency": 4, "retry": {"max_attempts": 1}, "llms": [llm]}
+        r = collect(db, spec_from_dict(spec), progress=False)
+        bad = dict(spec, llms=[dict(llm, name="claude-bad", api_key_env="TEST_ANTHROPIC_BAD")])
+        r_bad = collect(db, spec_from_dict(bad), progress=False, max_requests=2)
+        seen, counts = list(srv.seen), dict(srv.counts)
+    assert r.done == 48 and r.failed == 0 and counts["ok"] == 48 and counts["invalid"] == 0
+    good = [(h, b) for h, b in seen if h.get("x-api-key") == "sk-ant-test-good"]
+    assert len(good) == 48
+    assert all("authorization" not in h and h["anthropic-version"] == "2023-06-01" for h, _ in good)
+    assert all(isinstance(b["system"], str) and all(m["role"] != "system" for m in b["messages"]) for _, b in good)
+    assert r_bad.failed == 2 and counts["unauthorized"] == 2
+    att = db.attempts()
+    assert (att[~att.ok.astype(bool)].http_status == 401).all()
+    stored = " ".join(att.error.dropna()) + " ".join(db.table(Run).spec_json)
+    assert "sk-ant-test" not in stored

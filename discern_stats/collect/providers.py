@@ -68,7 +68,7 @@ def build_chat_model(spec: LLMSpec, run: RunSpec, *, simulator_knowledge: dict[s
         model.async_client = DirectChatCompletions(spec.base_url or "https://api.openai.com/v1", key, run.timeout_s)
         return model
     if spec.kind == "anthropic":
-        from langchain_anthropic import ChatAnthropic
+        ChatAnthropic = _messages_api_chat_model()
         key = api_key(spec)
         if key is None:
             raise SpecError(f"LLM {spec.name!r}: set api_key_env (e.g. ANTHROPIC_API_KEY)")
@@ -86,6 +86,31 @@ def build_chat_model(spec: LLMSpec, run: RunSpec, *, simulator_knowledge: dict[s
             kw["seed"] = spec.seed
         return ChatOllama(**kw, **spec.extra, **common)
     raise SpecError(f"unknown provider {spec.provider!r}")  # pragma: no cover - validated in spec
+
+
+ANTHROPIC_VERSION = "2023-06-01"  # the Messages API version (https://docs.anthropic.com/en/api/versioning)
+
+
+def _messages_api_chat_model() -> type:
+    """LangChain's ChatAnthropic, sending what the Anthropic Messages API contract asks for: the key in
+    ``x-api-key`` and ``anthropic-version: 2023-06-01``. The pinned SDK (anthropic 2.16) sends the key
+    as ``Authorization: Bearer`` with a newer version header, which a Messages-API server (the
+    Anthropic API's documented contract, and third-party servers that implement it) rejects with 401;
+    the SDK's own ``Authorization`` header is omitted (``anthropic.omit``)."""
+    from functools import cached_property
+
+    import anthropic
+    from langchain_anthropic import ChatAnthropic
+
+    class MessagesAPIChatAnthropic(ChatAnthropic):
+        @cached_property
+        def _client_params(self) -> dict[str, Any]:
+            params = dict(ChatAnthropic._client_params.func(self))  # type: ignore[attr-defined]
+            params["default_headers"] = {**params.get("default_headers", {}), "x-api-key": params["api_key"],
+                                         "anthropic-version": ANTHROPIC_VERSION, "Authorization": anthropic.omit}
+            return params
+
+    return MessagesAPIChatAnthropic
 
 
 def endpoint(spec: LLMSpec) -> str:
