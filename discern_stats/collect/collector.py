@@ -448,7 +448,9 @@ class Collector:
             out = await _with_retries(once, spec.retry, sleep=self._sleep)
         except LeaseLost:
             upd.update(state="lost")
-        except (BudgetSpent, DatabaseAway):  # back to the plan: a later run sends it
+        except (BudgetSpent, DatabaseAway) as exc:  # back to the plan: a later run sends it
+            if isinstance(exc, DatabaseAway):
+                self.database_away = self.database_away or str(exc)
             upd.update(state="pending")
         except Exception as exc:  # noqa: BLE001
             last = attempts[-1] if attempts else {}
