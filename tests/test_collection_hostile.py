@@ -654,3 +654,25 @@ def test_anthropic_requests_follow_the_messages_api_contract(sqlite_url, monkeyp
     assert (att[~att.ok.astype(bool)].http_status == 401).all()
     stored = " ".join(att.error.dropna()) + " ".join(db.table(Run).spec_json)
     assert "sk-ant-test" not in stored
+
+
+# ------------------------------------------------------------------------------------ issue 27.5
+def test_the_heartbeat_says_when_it_fails_and_when_it_works_again(sqlite_url, caplog):
+    """Before: the heartbeat loop retried any error without logging it."""
+    import logging
+
+    from discern_stats.collect.queue import LeaseKeeper, awake_clock
+    db = ds.TrialDB(sqlite_url)
+    design_cue(db.engine, n_worlds=1)
+    out = _Outage(db.engine)
+    keeper = LeaseKeeper(db, "me", 1.0)  # a beat every 1/3 s
+    keeper.hold([{"id": 1}], awake_clock())
+    with caplog.at_level(logging.WARNING, logger="discern_stats.collect.queue"):
+        out.on = True
+        keeper.start()
+        assert _wait_for(lambda: out.failed >= 3, 10)
+        out.on = False
+        assert _wait_for(lambda: any("works again" in r.message for r in caplog.records), 10)
+        keeper.stop()
+    failed = [r.message for r in caplog.records if "heartbeat failed" in r.message]
+    assert len(failed) == 1 and "disk I/O error" in failed[0]
