@@ -15,6 +15,7 @@ import time
 import uuid
 from pathlib import Path
 
+import pandas as pd
 import pytest
 
 import discern_stats as ds
@@ -676,3 +677,27 @@ def test_the_heartbeat_says_when_it_fails_and_when_it_works_again(sqlite_url, ca
         keeper.stop()
     failed = [r.message for r in caplog.records if "heartbeat failed" in r.message]
     assert len(failed) == 1 and "disk I/O error" in failed[0]
+
+
+def test_costs_from_a_price_table(sqlite_url, tmp_path):
+    """Per LLM and per run: tokens reported by the server times the user's prices, checked by hand."""
+    from discern_stats.collect.costs import cost_table, load_prices
+    from discern_stats.core.errors import InputError
+    db = ds.TrialDB(sqlite_url)
+    design_cue(db.engine, n_worlds=1)
+    with FakeOpenAIServer("credulous") as srv:
+        r1 = collect(db, spec_from_dict(_server_spec(srv)), progress=False, max_requests=10)
+        r2 = collect(db, spec_from_dict(_server_spec(srv)), progress=False)
+    prices = tmp_path / "prices.csv"
+    prices.write_text("llm,input_per_million,output_per_million,currency\nfake,2.5,10,USD\n")
+    c = cost_table(db, load_prices(prices))
+    t = db.table(Trial)
+    by_run = {rid: (g.tokens_in.sum() * 2.5 + g.tokens_out.sum() * 10) / 1e6 for rid, g in t.groupby("run_id")}
+    got = {int(x.run_id): x.cost for x in c.itertuples() if not pd.isna(x.run_id)}
+    assert got.keys() == {r1.run_id, r2.run_id} and all(abs(got[k] - by_run[k]) < 1e-12 for k in got)
+    total = c[c.run_id.isna()].iloc[0]
+    assert total.trials == 48 and abs(total.cost - sum(by_run.values())) < 1e-12 and total.currency == "USD"
+    bad = tmp_path / "bad.csv"
+    bad.write_text("llm,input_per_million,output_per_million\nfake,-1,10\n")
+    with pytest.raises(InputError, match="row 2, column 'input_per_million'"):
+        load_prices(bad)
