@@ -155,8 +155,9 @@ def test_failures_exit_non_zero_with_their_causes(sqlite_url, tmp_path):
         design: cue
         llms: [{name: m-down, provider: "openai:x", base_url: "http://127.0.0.1:9/v1"}]
         concurrency: 4
-        retry: {max_attempts: 2, initial_wait_s: 0.01, max_wait_s: 0.02, jitter_s: 0}
+        retry: {max_attempts: 1, initial_wait_s: 0.01, max_wait_s: 0.02, jitter_s: 0}
     """))
+    # one attempt per trial: --max-requests counts requests, retries included (issue 26)
     r = runner.invoke(app, ["collect", str(spec), "--db", sqlite_url, "--quiet", "--max-requests", "6"])
     assert r.exit_code == 1
     assert "6 trial(s) failed: m-down: connection at 127.0.0.1:9" in r.output

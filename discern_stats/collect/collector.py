@@ -2,8 +2,10 @@
 
 Per LLM, ``concurrency`` worker slots take claimed trials from a claim-ahead queue; each request
 goes through an adaptive in-flight limit (`ratelimit.AdaptiveLimit`: fewer in flight while the
-provider answers 429) and tenacity's retries (waits never shorter than Retry-After); one writer
-task writes results in batches, only for trials this collector still holds (`queue.LeaseKeeper`).
+provider answers 429) and tenacity's retries (waits never shorter than Retry-After, never longer
+than ``retry.max_retry_after_s``); before each send the lease is checked (`queue.LeaseKeeper.still_held`)
+and the request budget charged (`budget.RequestBudget`); the writer (`writer.ResultWriter`) writes
+results in batches, only for trials this collector still holds.
 """
 
 from __future__ import annotations
@@ -24,15 +26,18 @@ from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn, TimeRemainingColumn
 from tenacity import AsyncRetrying, retry_if_exception, stop_after_attempt, wait_exponential_jitter
 
-from ..store.db import Attempt, Item, Request, Run, Source, Trial, dumps, insert_ignore_many, upsert_many, utcnow
+from ..store.db import Attempt, Item, Request, Run, Source, Trial, dumps, insert_ignore_many, utcnow
 from ..store.trialdb import TrialDB
-from .parsing import PARSE_COLUMNS, message_fields
+from .budget import RequestBudget
+from .journal import DatabaseAway, keep_run_end, with_db_retry
+from .parsing import message_fields
+from .planning import PreparedRun, open_trials
 from .providers import (build_chat_model, close_chat_model, endpoint, error_type, http_status, is_retryable,
                         request_kwargs)
-from .queue import (NO_OUTCOME, NO_OUTCOME_TEXT, LeaseKeeper, claim, collector_id, ensure_llms,
-                    mark_interrupted_runs, open_trials, plan_trials, release_dead_claims)
+from .queue import NO_OUTCOME, NO_OUTCOME_TEXT, LeaseKeeper, awake_clock, claim, collector_id
 from .ratelimit import AdaptiveLimit, retry_after_s
 from .spec import LLMSpec, RetryPolicy, RunSpec
+from .writer import ResultWriter
 
 def code_version() -> str:
     from ..core.version import __version__
@@ -55,7 +60,14 @@ class CollectResult:
     attempts: int = 0
     retries: int = 0
     lost_leases: int = 0
+    deferred: int = 0  # trials returned to the plan: a retry the budget refused, the database away
+    restored: int = 0  # answered responses loaded from an earlier run's journal
     elapsed_s: float = 0.0
+    run_group: str | None = None
+    run_ids: list[int] = field(default_factory=list)
+    database_away: str | None = None  # the error, when the database stopped taking writes
+    kept: int = 0  # answered responses written to the journal instead of the database
+    journal: str | None = None
     per_llm: dict[str, dict[str, int]] = field(default_factory=dict)
     failure_causes: dict[str, int] = field(default_factory=dict)  # "llm: cause at host:port" -> trials
 
@@ -82,9 +94,12 @@ def _redact(text: str, secrets: list[str]) -> str:
     return text
 
 
-async def _with_retries(once: Any, r: RetryPolicy) -> Any:
+async def _with_retries(once: Any, r: RetryPolicy, sleep: Any = asyncio.sleep) -> Any:
     """``await once()`` with tenacity's retries (exponential backoff with jitter) on retryable errors;
-    a wait is never shorter than the server's Retry-After.
+    a wait is never shorter than the server's Retry-After, and never longer than
+    ``r.max_retry_after_s`` (a server asking for an hour does not stall the run: the retry goes
+    at the cap, and a request refused every time fails after ``max_attempts``). ``sleep`` does
+    each wait (the collector's shows them in the progress line).
 
     The first attempt runs outside tenacity, since most requests succeed at once and tenacity's
     machinery cost about 7 % of the collector's CPU per request (py-spy). After a retryable
@@ -99,50 +114,69 @@ async def _with_retries(once: Any, r: RetryPolicy) -> Any:
         first_error = exc
     backoff = wait_exponential_jitter(initial=r.initial_wait_s, max=r.max_wait_s, jitter=r.jitter_s)
 
+    def capped(b: float, exc: BaseException | None) -> float:
+        asked = (retry_after_s(exc) or 0.0) if exc is not None else 0.0
+        return max(b, min(asked, r.max_retry_after_s))
+
     def wait(state: Any) -> float:  # tenacity's attempt k is attempt k + 1 of the request
         exc = state.outcome.exception() if state.outcome is not None else None
-        return max(backoff(SimpleNamespace(attempt_number=state.attempt_number + 1)),
-                   (retry_after_s(exc) or 0.0) if exc is not None else 0.0)
+        return capped(backoff(SimpleNamespace(attempt_number=state.attempt_number + 1)), exc)
 
-    await asyncio.sleep(max(backoff(SimpleNamespace(attempt_number=1)), retry_after_s(first_error) or 0.0))
-    return await AsyncRetrying(stop=stop_after_attempt(r.max_attempts - 1), wait=wait,
+    await sleep(capped(backoff(SimpleNamespace(attempt_number=1)), first_error))
+    return await AsyncRetrying(stop=stop_after_attempt(r.max_attempts - 1), wait=wait, sleep=sleep,
                                retry=retry_if_exception(is_retryable), reraise=True)(once)
+
+
+NOT_SENT = "not_sent"  # attempt rows of a first attempt that never left (its claim wrote the row)
 
 
 class LeaseLost(Exception):
     """The collector no longer holds the trial (its lease expired and another collector claimed it)."""
 
 
+class BudgetSpent(Exception):
+    """The request budget has no request left for this retry: the trial goes back to the plan."""
+
+
 class Collector:
-    def __init__(self, db: TrialDB, spec: RunSpec, *, me: str | None = None, progress: bool = True,
-                 max_requests: int | None = None, plan: bool = True, shared_done: Any = None,
-                 others_done: list[Any] | None = None, shared_sent: Any = None, borrow: int = 0,
-                 lenders_ready: Any = None, ready: Any = None):
-        self.db, self.spec = db, spec
-        # `workers: N`: until ``lenders_ready()`` says the worker processes collect, the parent runs
-        # ``borrow`` extra slots per LLM (their share of the concurrency), so their start-up costs no
-        # throughput; ``ready`` (a multiprocessing.Value) is how a worker process says it collects
+    """The collector of one process. ``prepared`` is the run's preamble (`planning.prepare_run`, done
+    once per run by the caller); ``budget`` the run's request budget (shared by its processes).
+
+    `workers: N`: until ``lenders_ready()`` says the worker processes collect, the parent runs
+    ``borrow`` extra slots per LLM (their share of the concurrency), so their start-up costs no
+    throughput; ``ready`` (a multiprocessing.Value) is how a worker process says it collects;
+    ``parent_pid``: a worker sends nothing once that process is gone."""
+
+    def __init__(self, db: TrialDB, spec: RunSpec, prepared: PreparedRun, *, budget: RequestBudget | None = None,
+                 me: str | None = None, progress: bool = True, shared_done: Any = None,
+                 others_done: list[Any] | None = None, borrow: int = 0, lenders_ready: Any = None, ready: Any = None,
+                 parent_pid: int | None = None, run_group: str | None = None, halt: Any = None):
+        self.db, self.spec, self.prepared = db, spec, prepared
+        self.budget = budget or RequestBudget(spec.budget.max_requests)
         self.borrow, self.lenders_ready, self.ready = borrow, lenders_ready, ready
-        self.plan = plan  # False in worker processes: the parent has planned
         self.shared_done = shared_done  # multiprocessing.Value this collector adds its finished trials to
         self.others_done = others_done or []  # the other workers' counters, shown in this progress bar
-        self.shared_sent = shared_sent  # multiprocessing.Value: requests sent by all workers (shared budget)
+        self.parent_pid = parent_pid
+        self.run_group = run_group
+        self.halt = halt  # a multiprocessing.Event: the parent was interrupted (Ctrl-C); stop as it does
         self.me = me or collector_id()
         self.show_progress = progress
-        self.budget = max_requests if max_requests is not None else spec.budget.max_requests
         self.secrets = [os.environ.get(m.api_key_env, "") for m in spec.llms if m.api_key_env]
-        self.results: asyncio.Queue = asyncio.Queue()
-        self.sent = 0
+        self.sent = 0  # requests that left this process
         self.state: dict[str, dict[str, Any]] = {}
+        self.waits: dict[int, float] = {}  # id of a waiting retry -> time.monotonic() it ends
+        self.database_away: str | None = None
         self.leases = LeaseKeeper(db, self.me, spec.lease_s)  # heartbeat renewals, lost leases
 
-    def _note_failure(self, upd: dict[str, Any]) -> None:
-        key = upd.get("cause") or "unknown"
-        self.result.failure_causes[key] = self.result.failure_causes.get(key, 0) + 1
+    def _db(self, fn: Any, *args: Any, **kw: Any) -> Any:
+        """A database call retried through an outage (`journal.with_db_retry`)."""
+        return with_db_retry(fn, *args, patience_s=self.spec.database_patience_s, **kw)
 
     def _record_attempt_start(self, a: dict[str, Any]) -> None:
-        with self.db.engine.begin() as conn:
-            insert_ignore_many(conn, Attempt, [a], ["trial_id", "n"])
+        def write() -> None:
+            with self.db.engine.begin() as conn:
+                insert_ignore_many(conn, Attempt, [a], ["trial_id", "n"])
+        self._db(write)
 
     def _simulator_knowledge(self) -> dict[str, Any]:
         """What a synthetic respondent knows of the plan: Design A's item truths and source table;
@@ -173,56 +207,82 @@ class Collector:
                               f"again in a new database for simulated cue weights", stacklevel=2)
             return {"cue_facts": facts}
 
+    def _start_run(self) -> int:
+        from .spec import redacted_spec_json
+        def insert() -> int:
+            with self.db.engine.begin() as conn:
+                return conn.execute(sa.insert(Run.__table__).values(
+                    spec_name=self.spec.name, spec_json=redacted_spec_json(self.spec), code_version=code_version(),
+                    started_at=utcnow(), status="running", host=self.me, run_group=self.run_group)
+                    .returning(Run.__table__.c.id)).scalar_one()
+        return self._db(insert)
+
+    def _end_run(self, status: str) -> None:
+        """Mark the run and give this collector's unanswered claims back to the plan (best effort:
+        with the database away, a later collector on this host does both)."""
+        Rn, T = Run.__table__, Trial.__table__
+        def end() -> None:
+            with self.db.engine.begin() as conn:
+                conn.execute(sa.update(Rn).where(Rn.c.id == self.result.run_id).values(ended_at=utcnow(), status=status))
+                conn.execute(sa.update(T).where(T.c.claimed_by == self.me, T.c.state == "claimed")
+                             .values(state="pending", claimed_by=None, lease_until=None))
+        try:
+            with_db_retry(end, patience_s=0 if status == "database_away" else self.spec.database_patience_s)
+        except DatabaseAway:  # the next run on this database marks it (`journal.load_journal`)
+            keep_run_end(self.db, self.result.run_id, status)
+
     async def run(self) -> CollectResult:
         spec = self.spec
-        llm_ids = ensure_llms(self.db, spec)
-        planned = plan_trials(self.db, spec, llm_ids) if self.plan else 0
-        if self.plan:
-            release_dead_claims(self.db)
-            mark_interrupted_runs(self.db)
-        with self.db.engine.begin() as conn:
-            run_id = conn.execute(sa.insert(Run.__table__).values(
-                spec_name=spec.name, spec_json=spec.model_dump_json(), code_version=code_version(),
-                started_at=utcnow(), status="running", host=self.me).returning(Run.__table__.c.id)).scalar_one()
-        self.result = CollectResult(run_id=run_id, planned=planned)
-        todo = open_trials(self.db, spec, llm_ids)
-        if self.budget is not None:
-            todo = min(todo, self.budget)
+        llm_ids = self.prepared.llm_ids
+        run_id = self._start_run()
+        self.result = CollectResult(run_id=run_id, planned=self.prepared.planned, run_group=self.run_group,
+                                    run_ids=[run_id])
+        todo = self._db(open_trials, self.db, spec, llm_ids)
+        if self.budget.limit is not None:
+            todo = min(todo, max(0, self.budget.limit - self.budget.used))
         known = self._simulator_knowledge()
         models = {m.name: build_chat_model(m, spec, simulator_knowledge=known) for m in spec.llms}
         t0 = time.perf_counter()
         progress = Progress(TextColumn("[bold]{task.description}"), BarColumn(), MofNCompleteColumn(),
                             TextColumn("{task.fields[rate]:.1f} req/s"), TextColumn("retries {task.fields[retries]}"),
                             TextColumn("invalid {task.fields[invalid]}"), TextColumn("429s {task.fields[rate_limited]}"),
-                            TextColumn("in flight ≤ {task.fields[limit]}"), TimeElapsedColumn(), TimeRemainingColumn(),
+                            TextColumn("in flight ≤ {task.fields[limit]}"), TextColumn("{task.fields[waiting]}"),
+                            TimeElapsedColumn(), TimeRemainingColumn(),
                             disable=not self.show_progress, transient=False,
                             # not a terminal (a log file, CI): one full line, not one cut at 80 columns
                             console=None if sys.stdout.isatty() else Console(width=200))
         self.leases.start()
+        self.writer = ResultWriter(self)
+        status = "finished"
         with progress:
             self.task = progress.add_task(f"collect {spec.name}", total=todo, rate=0.0, retries=0, invalid=0,
-                                          rate_limited=0, limit=spec.concurrency * len(spec.llms))
+                                          rate_limited=0, limit=spec.concurrency * len(spec.llms), waiting="")
             self.progress = progress
-            writer = asyncio.create_task(self._writer(t0))
+            writer = asyncio.create_task(self.writer.run(t0))
             if self.ready is not None:
                 with self.ready.get_lock():
                     self.ready.value += 1
-            ticker = asyncio.create_task(self._tick(t0)) if self.others_done else None
+            ticker = asyncio.create_task(self._tick(t0, asyncio.current_task()))
             try:
                 await asyncio.gather(*(self._llm_loop(m, llm_ids[m.name], models[m.name]) for m in spec.llms))
-                await self.results.put(None)
+                await self.writer.results.put(None)
                 await writer
+            except BaseException:  # Ctrl-C (the loop cancels this task), or a bug: keep what was answered
+                status = "interrupted"
+                writer.cancel()
+                await asyncio.to_thread(self.writer.drain)
+                raise
             finally:
-                if ticker is not None:
-                    ticker.cancel()
+                ticker.cancel()
                 self.leases.stop()
                 for model in models.values():
                     await close_chat_model(model)
-        self.result.elapsed_s = time.perf_counter() - t0
-        self.result.sent = self.sent
-        with self.db.engine.begin() as conn:
-            conn.execute(sa.update(Run.__table__).where(Run.__table__.c.id == run_id)
-                         .values(ended_at=utcnow(), status="finished"))
+                self.result.elapsed_s = time.perf_counter() - t0
+                self.result.sent = self.sent
+                if self.database_away is not None:
+                    status = "database_away"
+                    self.result.database_away = self.database_away
+                await asyncio.to_thread(self._end_run, status)
         return self.result
 
     def _finished(self) -> int:
@@ -234,50 +294,38 @@ class Collector:
         limits = [st["limit"] for st in self.state.values() if "limit" in st]
         if limits:  # 429s seen and the adaptive in-flight limits, all LLMs of this process together
             fields.update(rate_limited=sum(x.rate_limited_n for x in limits), limit=sum(int(x.limit) for x in limits))
+        if self.waits:  # retries waiting (back-off, Retry-After) and the longest wait still to go
+            fields["waiting"] = (f"{len(self.waits)} waiting ≤ {max(self.waits.values()) - time.monotonic():.0f} s")
+        else:
+            fields["waiting"] = ""
         self.progress.update(self.task, completed=n, rate=n / el if el else 0.0, **fields)
 
-    async def _tick(self, t0: float) -> None:
-        """Refresh the progress bar with the other worker processes' counts."""
+    async def _tick(self, t0: float, main: Any) -> None:
+        """Refresh the progress bar (the other worker processes' counts, the waits); stop the run
+        (``main``, the task of `run`) when the parent says so (``halt``)."""
         while True:
-            await asyncio.sleep(0.5)
+            await asyncio.sleep(0.2)
+            if self.halt is not None and self.halt.is_set():
+                main.cancel()
+                return
             self._show_progress(t0)
 
-    def _take_budget(self, n: int) -> int:
-        """Reserve up to ``n`` requests of the budget (shared by all worker processes) and return how
-        many were granted. The reservation counts at once, so two LLM loops (or processes) never read
-        the same unspent budget across the await of a claim; `_return_budget` gives back what the
-        claim did not use."""
-        if self.budget is None:
-            self.sent += n
-            return n
-        if self.shared_sent is None:
-            granted = max(0, min(n, self.budget - self.sent))
-            self.sent += granted
-            return granted
-        with self.shared_sent.get_lock():
-            granted = max(0, min(n, self.budget - self.shared_sent.value))
-            self.shared_sent.value += granted
-        self.sent += granted
-        return granted
+    async def _sleep(self, seconds: float) -> None:
+        """A retry's wait, shown in the progress line while it lasts."""
+        key = id(asyncio.current_task())
+        self.waits[key] = time.monotonic() + seconds
+        try:
+            await asyncio.sleep(seconds)
+        finally:
+            self.waits.pop(key, None)
 
-    def _return_budget(self, n: int) -> None:
-        if n <= 0:
-            return
-        self.sent -= n
-        if self.budget is not None and self.shared_sent is not None:
-            with self.shared_sent.get_lock():
-                self.shared_sent.value -= n
-
-    def _budget_left(self) -> bool:
-        if self.budget is None:
-            return True
-        used = self.shared_sent.value if self.shared_sent is not None else self.sent
-        return used < self.budget
+    def _parent_gone(self) -> bool:
+        return self.parent_pid is not None and os.getppid() != self.parent_pid
 
     async def _llm_loop(self, m: LLMSpec, llm_id: int, model: Any) -> None:
         """Claim -> run -> write for one LLM. ``running`` bounds concurrency; ``unflushed``
         counts results not yet in the database (a Design A posterior becomes claimable only
-        once its prior is written)."""
+        once its prior is written). A claim reserves one request of the budget per trial."""
         spec = self.spec
         queue: asyncio.Queue = asyncio.Queue()
         st = self.state[m.name] = {"running": 0, "unflushed": 0, "event": asyncio.Event()}
@@ -304,22 +352,28 @@ class Collector:
             # claim ahead: top the queue up to 3x the slots whenever it holds less than 2x, so that
             # the database round trip of a claim is hidden behind queued work
             slots = st["slots"]
-            want = self._take_budget(max(4, 3 * slots) - st["running"]) if st["running"] < 2 * slots else 0
+            stop = self.database_away is not None or self._parent_gone()
+            want = (self.budget.take(max(4, 3 * slots) - st["running"])
+                    if st["running"] < 2 * slots and not stop else 0)
             jobs = []
             if want > 0:
+                claimed_at = awake_clock()
                 try:
-                    jobs = await asyncio.to_thread(claim, self.db, llm_id, self.me, want, spec.lease_s,
+                    jobs = await asyncio.to_thread(self._db, claim, self.db, llm_id, self.me, want, spec.lease_s,
                                                    spec.retry_failed)
+                except DatabaseAway as exc:
+                    self.database_away = self.database_away or str(exc)
                 finally:
-                    self._return_budget(want - len(jobs))
+                    self.budget.give_back(want - len(jobs))
             if jobs:
-                self.leases.hold(jobs)
+                self.leases.hold(jobs, claimed_at)
                 st["running"] += len(jobs)
                 st["unflushed"] += len(jobs)
                 for j in jobs:
+                    j["reserved"] = True  # its first request is paid for out of the budget already
                     queue.put_nowait(j)
                 continue
-            if st["running"] == 0 and st["unflushed"] == 0 and (want > 0 or not self._budget_left()):
+            if st["running"] == 0 and st["unflushed"] == 0 and (want > 0 or stop or not self.budget.left()):
                 break
             st["event"].clear()
             try:
@@ -343,13 +397,30 @@ class Collector:
         async def once() -> Any:
             await limit.acquire()  # the adaptive in-flight limit of this LLM
             try:
-                if self.leases.is_lost(job["id"]):  # another collector holds this trial now: do not pay for it twice
+                if self._parent_gone():  # a worker whose parent was killed sends nothing more
+                    os._exit(3)
+                if self.database_away is not None:
+                    raise DatabaseAway(self.database_away)
+                # another collector may hold this trial now (the heartbeat saw it, or a pause outlasted
+                # the lease): do not pay for it twice
+                if not (self.leases.fresh(job["id"]) or await asyncio.to_thread(self._db, self.leases.still_held,
+                                                                                job["id"])):
                     raise LeaseLost(f"the lease on trial {job['id']} was lost")
+                if job.get("reserved"):
+                    job["reserved"] = False
+                elif not self.budget.take(1):
+                    raise BudgetSpent()
                 a = {"trial_id": job["id"], "n": n0 + len(attempts) + 1, "collector": self.me,
                      "started_at": utcnow(), "ok": False, "error_type": NO_OUTCOME, "error": NO_OUTCOME_TEXT}
                 if attempts:  # a retry: its row goes in before the request leaves
-                    await asyncio.to_thread(self._record_attempt_start, a)
+                    try:
+                        await asyncio.to_thread(self._record_attempt_start, a)
+                    except DatabaseAway as exc:
+                        self.database_away = self.database_away or str(exc)
+                        self.budget.give_back(1)
+                        raise
                 attempts.append(a)
+                self.sent += 1
                 t = time.perf_counter()
                 try:
                     out = await asyncio.wait_for(model.ainvoke(messages, **kwargs), timeout=spec.timeout_s)
@@ -358,22 +429,29 @@ class Collector:
                     if isinstance(exc, (asyncio.TimeoutError, TimeoutError)) and not str(exc):
                         text = f"TimeoutError: no answer within timeout_s={spec.timeout_s:g} s from {endpoint(m)}"
                     kind = error_type(exc)
+                    if isinstance(exc, asyncio.CancelledError):  # stopped (Ctrl-C) with the request in flight
+                        kind, text = NO_OUTCOME, NO_OUTCOME_TEXT
                     a.update(latency_ms=1000 * (time.perf_counter() - t), ok=False, error_type=kind,
                              error=_redact(text, self.secrets)[:2000], http_status=http_status(exc))
                     if kind == "rate_limit":
                         limit.rate_limited()
                     raise
-                a.update(latency_ms=1000 * (time.perf_counter() - t), ok=True)
+                a.update(latency_ms=1000 * (time.perf_counter() - t), ok=True, error_type=None, error=None,
+                         http_status=None)
                 limit.success(a["latency_ms"] / 1000)
                 return out
             finally:
                 await limit.release()
 
-        upd: dict[str, Any] = {"id": job["id"], "started_at": started}
+        upd: dict[str, Any] = {"id": job["id"], "key": job["key"], "started_at": started}
         try:
-            out = await _with_retries(once, spec.retry)
+            out = await _with_retries(once, spec.retry, sleep=self._sleep)
         except LeaseLost:
             upd.update(state="lost")
+        except (BudgetSpent, DatabaseAway) as exc:  # back to the plan: a later run sends it
+            if isinstance(exc, DatabaseAway):
+                self.database_away = self.database_away or str(exc)
+            upd.update(state="pending")
         except Exception as exc:  # noqa: BLE001
             last = attempts[-1] if attempts else {}
             cause = last.get("error_type") or error_type(exc)
@@ -384,74 +462,22 @@ class Collector:
                        cause=f"{m.name}: {cause} at {endpoint(m)}")
         else:
             usage = getattr(out, "usage_metadata", None) or {}
+            meta = getattr(out, "response_metadata", None) or {}
             # both parses, the recovered answer, status and the provider's finish reason (collect.parsing)
             upd.update(state="done", **message_fields(job, out), latency_ms=attempts[-1]["latency_ms"],
                        tokens_in=usage.get("input_tokens"), tokens_out=usage.get("output_tokens"),
+                       model_reported=meta.get("model_name") or meta.get("model"),
+                       system_fingerprint=meta.get("system_fingerprint"),
                        messages_json=dumps([{"role": x.type, "content": x.content} for x in messages])
                        if job.get("parent_key") else None)
+        finally:
+            if job.get("reserved"):  # its first request never left: the reservation goes back
+                job["reserved"] = False
+                self.budget.give_back(1)
+                why = {"lost": "another collector took the trial first (its lease had run out)",
+                       "pending": "the database stopped taking writes"}.get(upd.get("state"), "the collector stopped")
+                attempts.append({"trial_id": job["id"], "n": n0 + 1, "collector": self.me, "started_at": started,
+                                 "ok": False, "error_type": NOT_SENT, "error": f"not sent: {why}"})
         upd["n_attempts"] = n0 + len(attempts)
         upd["finished_at"] = utcnow()
-        await self.results.put((m.name, upd, attempts))
-
-    async def _writer(self, t0: float) -> None:
-        T = Trial.__table__
-        cols = ["state", *PARSE_COLUMNS, "error", "latency_ms", "tokens_in", "tokens_out", "messages_json",
-                "n_attempts", "started_at", "finished_at"]
-        stmt = (sa.update(T).where(T.c.id == sa.bindparam("_id"), T.c.claimed_by == self.me, T.c.state == "claimed")
-                .values({c: sa.bindparam("_" + c) for c in cols + ["run_id"]}))
-        stop = False
-        res = self.result
-        while not stop:
-            item = await self.results.get()
-            batch = [item]
-            await asyncio.sleep(0.05)
-            while not self.results.empty():
-                batch.append(self.results.get_nowait())
-            if batch[-1] is None or None in batch:
-                stop = True
-                batch = [b for b in batch if b is not None]
-            if not batch:
-                continue
-            params, attempts = [], []
-            for name, upd, atts in batch:
-                if upd.get("state") != "lost":
-                    params.append({"_id": upd["id"], "_run_id": res.run_id, **{"_" + c: upd.get(c) for c in cols}})
-                attempts.extend(atts)
-            self.leases.release([p["_id"] for p in params])
-            written = await asyncio.to_thread(self._flush, stmt, params, attempts)
-            for name, upd, atts in batch:
-                self.state[name]["unflushed"] -= 1
-                self.state[name]["event"].set()
-                e = res.per_llm.setdefault(name, {"done": 0, "valid": 0, "failed": 0, "attempts": 0})
-                e["attempts"] += len(atts)
-                res.attempts += len(atts)
-                res.retries += max(0, len(atts) - 1)
-                if upd["id"] not in written:  # the lease was lost: another collector answers this trial
-                    res.lost_leases += 1
-                elif upd["state"] == "done":
-                    e["done"] += 1
-                    res.done += 1
-                    if upd.get("valid"):
-                        e["valid"] += 1
-                        res.valid += 1
-                else:
-                    e["failed"] += 1
-                    res.failed += 1
-                    self._note_failure(upd)
-            if self.shared_done is not None:
-                with self.shared_done.get_lock():
-                    self.shared_done.value += len(batch)
-            self._show_progress(t0, retries=res.retries, invalid=res.done - res.valid)
-
-    def _flush(self, stmt: Any, params: list[dict[str, Any]], attempts: list[dict[str, Any]]) -> set[int]:
-        """Write results of trials this collector still holds and every attempt's outcome; returns the
-        ids of the trials written (rowcount of executemany is unreliable across drivers)."""
-        T = Trial.__table__
-        with self.db.engine.begin() as conn:
-            ids = [p["_id"] for p in params]
-            held = {r[0] for r in conn.execute(sa.select(T.c.id).where(
-                T.c.id.in_(ids), T.c.claimed_by == self.me, T.c.state == "claimed"))} if ids else set()
-            if params:
-                conn.execute(stmt, params)
-            upsert_many(conn, Attempt, attempts, ["trial_id", "n"])
-        return held
+        await self.writer.results.put((m.name, upd, attempts))

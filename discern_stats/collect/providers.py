@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import os
+from pathlib import Path
 from typing import Any
 
 from langchain_core.language_models.chat_models import BaseChatModel
@@ -67,7 +68,7 @@ def build_chat_model(spec: LLMSpec, run: RunSpec, *, simulator_knowledge: dict[s
         model.async_client = DirectChatCompletions(spec.base_url or "https://api.openai.com/v1", key, run.timeout_s)
         return model
     if spec.kind == "anthropic":
-        from langchain_anthropic import ChatAnthropic
+        ChatAnthropic = _messages_api_chat_model()
         key = api_key(spec)
         if key is None:
             raise SpecError(f"LLM {spec.name!r}: set api_key_env (e.g. ANTHROPIC_API_KEY)")
@@ -85,6 +86,31 @@ def build_chat_model(spec: LLMSpec, run: RunSpec, *, simulator_knowledge: dict[s
             kw["seed"] = spec.seed
         return ChatOllama(**kw, **spec.extra, **common)
     raise SpecError(f"unknown provider {spec.provider!r}")  # pragma: no cover - validated in spec
+
+
+ANTHROPIC_VERSION = "2023-06-01"  # the Messages API version (https://docs.anthropic.com/en/api/versioning)
+
+
+def _messages_api_chat_model() -> type:
+    """LangChain's ChatAnthropic, sending what the Anthropic Messages API contract asks for: the key in
+    ``x-api-key`` and ``anthropic-version: 2023-06-01``. The pinned SDK (anthropic 2.16) sends the key
+    as ``Authorization: Bearer`` with a newer version header, which a Messages-API server (the
+    Anthropic API's documented contract, and third-party servers that implement it) rejects with 401;
+    the SDK's own ``Authorization`` header is omitted (``anthropic.omit``)."""
+    from functools import cached_property
+
+    import anthropic
+    from langchain_anthropic import ChatAnthropic
+
+    class MessagesAPIChatAnthropic(ChatAnthropic):
+        @cached_property
+        def _client_params(self) -> dict[str, Any]:
+            params = dict(ChatAnthropic._client_params.func(self))  # type: ignore[attr-defined]
+            params["default_headers"] = {**params.get("default_headers", {}), "x-api-key": params["api_key"],
+                                         "anthropic-version": ANTHROPIC_VERSION, "Authorization": anthropic.omit}
+            return params
+
+    return MessagesAPIChatAnthropic
 
 
 def endpoint(spec: LLMSpec) -> str:
@@ -113,7 +139,17 @@ def validate_llms(run: RunSpec) -> None:
                 u.port
             except ValueError:
                 raise SpecError(f"LLM {m.name!r}: base_url {m.base_url!r} has an invalid port") from None
-        model = build_chat_model(m, run)
+        if m.profile_file is not None and not Path(m.profile_file).is_file():
+            raise SpecError(f"LLM {m.name!r}: profile_file {m.profile_file} does not exist (relative paths start "
+                            f"at {Path.cwd()})")
+        try:
+            model = build_chat_model(m, run)
+        except SpecError:
+            raise
+        except (TypeError, ValueError) as exc:  # pydantic's ValidationError is a ValueError
+            first = " ".join(str(exc).split())[:300]
+            raise SpecError(f"LLM {m.name!r}: its settings are refused by the chat model ({type(exc).__name__}: "
+                            f"{first}); check 'extra' and the sampling settings") from None
         try:
             asyncio.run(close_chat_model(model))
         except RuntimeError:  # pragma: no cover - called inside a running loop: nothing was opened there

@@ -1,7 +1,5 @@
-"""The SQL work queue of collection: planning, claims, leases and their heartbeat.
+"""The SQL work queue of collection: claims, leases and their heartbeat (the plan is `collect.planning`).
 
-The plan (one ``trial`` row per LLM x request x repeat, unique ``trial.key``) is inserted
-with INSERT ... ON CONFLICT DO NOTHING, so re-running a spec never duplicates a trial.
 Collectors claim pending trials in small batches (on PostgreSQL with
 ``SELECT ... FOR UPDATE SKIP LOCKED``) and hold them under a lease (``lease_until``) that a
 heartbeat renews while the collector lives (`LeaseKeeper`). A collector that dies leaves its
@@ -19,20 +17,20 @@ from __future__ import annotations
 
 import datetime as dt
 import functools
+import logging
 import os
 import socket
 import threading
+import time
 import uuid
 from typing import Any
 
 import sqlalchemy as sa
 
-from ..core.keys import trial_key
-from ..store.db import LLM, Attempt, Request, Run, Trial, insert_ignore, insert_ignore_many, utcnow
-from ..core.errors import SpecError
+from ..store.db import Attempt, Request, Run, Trial, insert_ignore_many, utcnow
 from ..store.trialdb import TrialDB
-from .providers import validate_llms
-from .spec import RunSpec
+
+log = logging.getLogger(__name__)
 
 NO_OUTCOME = "no_outcome"
 NO_OUTCOME_TEXT = "no outcome recorded: the collector stopped (or lost its lease) after claiming this attempt"
@@ -40,86 +38,6 @@ NO_OUTCOME_TEXT = "no outcome recorded: the collector stopped (or lost its lease
 
 def collector_id() -> str:
     return f"{socket.gethostname()}:{os.getpid()}:{uuid.uuid4().hex[:8]}"
-
-
-def preflight(db: TrialDB, spec: RunSpec) -> None:
-    """Every check that can refuse a run, before its first write (a refused run leaves the database
-    as it was): the LLMs' settings, keys, profiles and URLs (`providers.validate_llms`), LLM names
-    bound to other settings, and planned requests for the spec."""
-    validate_llms(spec)
-    _check_llm_names(db, spec)
-    _planned_requests(db, spec)
-
-
-def _check_llm_names(db: TrialDB, spec: RunSpec) -> None:
-    with db.engine.connect() as conn:
-        got = {r.name: r.params_json for r in conn.execute(sa.select(LLM.name, LLM.params_json)
-                                                           .where(LLM.name.in_([m.name for m in spec.llms])))}
-    for m in spec.llms:
-        if m.name in got and got[m.name] != m.params_json():
-            raise SpecError(f"LLM name {m.name!r} is already in the database with other settings "
-                            f"({got[m.name]}); give these settings a new name")
-
-
-def ensure_llms(db: TrialDB, spec: RunSpec) -> dict[str, int]:
-    _check_llm_names(db, spec)
-    rows = [{"name": m.name, "provider": m.kind, "model_id": m.model, "base_url": m.base_url,
-             "params_json": m.params_json(), "is_simulator": m.kind == "synthetic"} for m in spec.llms]
-    with db.engine.begin() as conn:
-        insert_ignore(conn, LLM, rows, ["name"])
-        got = {r.name: r for r in conn.execute(sa.select(LLM.name, LLM.id, LLM.params_json)
-                                               .where(LLM.name.in_([m.name for m in spec.llms])))}
-    _check_llm_names(db, spec)  # another collector may have bound a name in between
-    return {n: r.id for n, r in got.items()}
-
-
-def _request_filter(spec: RunSpec) -> list[Any]:
-    R = Request.__table__
-    cond = [R.c.design == spec.design]
-    if spec.design == "cue":
-        cond.append(R.c.intervention.in_(spec.interventions or ["C0"]))
-    elif spec.strategies:
-        cond.append(R.c.strategy.in_(spec.strategies))
-    return cond
-
-
-def _planned_requests(db: TrialDB, spec: RunSpec) -> list[Any]:
-    R = Request.__table__
-    with db.engine.connect() as conn:
-        reqs = conn.execute(sa.select(R.c.id, R.c.key).where(*_request_filter(spec)).order_by(R.c.id)).all()
-    if not reqs:
-        raise SpecError(f"no planned {spec.design} requests in the database for this spec; run "
-                        f"`discern-stats design {spec.design}` first")
-    return reqs
-
-
-def plan_trials(db: TrialDB, spec: RunSpec, llm_ids: dict[str, int]) -> int:
-    """Insert the plan's trial rows (idempotent). Returns the number of planned trials."""
-    R, T = Request.__table__, Trial.__table__
-    cond = _request_filter(spec)
-    reqs = _planned_requests(db, spec)
-    total = 0
-    with db.engine.begin() as conn:
-        for m in spec.llms:
-            total += len(reqs) * spec.repeats
-            have = conn.execute(sa.select(sa.func.count()).select_from(T.join(R, T.c.request_id == R.c.id))
-                                .where(T.c.llm_id == llm_ids[m.name], T.c.repeat < spec.repeats, *cond)).scalar()
-            if have == len(reqs) * spec.repeats:  # planned before (a resume): nothing to insert
-                continue
-            pj = m.params_json()
-            rows = [{"key": trial_key(m.name, pj, key, rep), "request_id": rid, "llm_id": llm_ids[m.name],
-                     "repeat": rep, "state": "pending"} for rep in range(spec.repeats) for rid, key in reqs]
-            insert_ignore(conn, Trial, rows, ["key"])
-    return total
-
-
-def open_trials(db: TrialDB, spec: RunSpec, llm_ids: dict[str, int]) -> int:
-    """Trials of the spec's LLMs still to answer: pending or claimed (and failed, with ``retry_failed``)."""
-    T = Trial.__table__
-    states = [T.c.state == "pending", T.c.state == "claimed"] + ([T.c.state == "failed"] if spec.retry_failed else [])
-    with db.engine.connect() as conn:
-        return conn.execute(sa.select(sa.func.count()).select_from(T)
-                            .where(T.c.llm_id.in_(list(llm_ids.values())), sa.or_(*states))).scalar()
 
 
 def _dead_here(holders: list[str]) -> list[str]:
@@ -228,31 +146,81 @@ def _claim_statements(retry_failed: bool) -> tuple[Any, Any, Any, Any]:
     return claim_ids, jobs, priors, last_attempt
 
 
+def awake_clock() -> float:
+    """Seconds on a clock that keeps running while the process is stopped (SIGSTOP) and while the
+    machine sleeps (Linux CLOCK_BOOTTIME; elsewhere time.monotonic, which counts sleep on macOS):
+    what a lease, measured by the database's wall clock, has been running for."""
+    return time.clock_gettime(_BOOTTIME) if _BOOTTIME is not None else time.monotonic()
+
+
+_BOOTTIME = getattr(time, "CLOCK_BOOTTIME", None)
+
+
 class LeaseKeeper:
     """The leases of one collector: the trials it holds (claimed, result not yet written), a
     heartbeat thread that renews them every lease_s / 3 seconds (a thread of its own, so a busy
     event loop cannot starve it), and the trials whose lease a renewal found gone (it expired
-    first and another collector took the trial): no further attempt of those is sent."""
+    first and another collector took the trial): no further attempt of those is sent.
+
+    What the heartbeat last saw is stale after a pause (a stopped process, a laptop that slept):
+    `still_held` is asked before each send. A trial is safe to send while the time since its last
+    successful renewal (or its claim; `awake_clock`, which runs through pauses) is under
+    ``lease_s - margin`` with margin = lease_s / 3, the heartbeat's period; past that, the lease is
+    renewed for that trial at once, and the trial is given up if the renewal finds it gone."""
 
     def __init__(self, db: TrialDB, me: str, lease_s: float) -> None:
         self.db, self.me, self.lease_s = db, me, lease_s
         self.held: set[int] = set()
         self.lost: set[int] = set()
+        self.renewed_at: dict[int, float] = {}  # trial id -> awake_clock() when its lease was last set
         self._lock = threading.Lock()
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
+        self._failing: str | None = None  # the heartbeat's last error, while it keeps failing
 
-    def hold(self, jobs: list[dict[str, Any]]) -> None:
+    def hold(self, jobs: list[dict[str, Any]], claimed_at: float) -> None:
+        """``claimed_at``: `awake_clock` read before the claim's transaction began."""
         with self._lock:
-            self.held.update(j["id"] for j in jobs)
+            for j in jobs:
+                self.held.add(j["id"])
+                self.renewed_at[j["id"]] = claimed_at
 
     def release(self, ids: list[int]) -> None:
         """Before a result is written: the trial is no longer this heartbeat's business."""
         with self._lock:
             self.held.difference_update(ids)
+            for i in ids:
+                self.renewed_at.pop(i, None)
 
     def is_lost(self, trial_id: int) -> bool:
         return trial_id in self.lost
+
+    def fresh(self, trial_id: int) -> bool:
+        """The trial's lease has at least a heartbeat period (lease_s / 3) left, by this collector's clock."""
+        with self._lock:
+            at = self.renewed_at.get(trial_id)
+        return at is not None and awake_clock() - at < self.lease_s * 2 / 3
+
+    def still_held(self, trial_id: int) -> bool:
+        """Right before a send (in a thread: it may ask the database): False if the trial is no longer this
+        collector's (lost at a heartbeat, or found gone by a renewal now)."""
+        if trial_id in self.lost:
+            return False
+        if self.fresh(trial_id):
+            return True
+        t = awake_clock()
+        T = Trial.__table__
+        with self.db.engine.begin() as conn:
+            ok = conn.execute(sa.update(T).where(T.c.id == trial_id, T.c.claimed_by == self.me, T.c.state == "claimed")
+                              .values(lease_until=utcnow() + dt.timedelta(seconds=self.lease_s))
+                              .returning(T.c.id)).first() is not None
+        with self._lock:
+            if ok:
+                self.renewed_at[trial_id] = t
+            else:
+                self.lost.add(trial_id)
+                self.held.discard(trial_id)
+        return ok
 
     def start(self) -> None:
         self._thread = threading.Thread(target=self._beat, daemon=True, name="lease-heartbeat")
@@ -268,6 +236,7 @@ class LeaseKeeper:
             before = set(self.held)
         if not before:
             return
+        t = awake_clock()
         with self.db.engine.begin() as conn:
             renewed = {r[0] for r in conn.execute(
                 sa.update(T).where(T.c.claimed_by == self.me, T.c.state == "claimed")
@@ -276,10 +245,20 @@ class LeaseKeeper:
             gone = (before - renewed) & self.held
             self.lost.update(gone)
             self.held.difference_update(gone)
+            for i in renewed & self.held:
+                self.renewed_at[i] = t
 
     def _beat(self) -> None:
         while not self._stop.wait(self.lease_s / 3):
             try:
                 self.renew()
-            except Exception:  # noqa: BLE001 - a database hiccup: try again at the next beat
-                continue
+            except Exception as exc:  # noqa: BLE001 - a database hiccup: logged once, tried again at the next beat
+                what = f"{type(exc).__name__}: {str(exc).strip().splitlines()[0] if str(exc).strip() else ''}"
+                if self._failing is None:
+                    log.warning("lease heartbeat failed (%s); retrying every %.3g s; each send checks its own "
+                                "lease meanwhile", what[:300], self.lease_s / 3)
+                self._failing = what
+            else:
+                if self._failing is not None:
+                    log.warning("lease heartbeat works again")
+                self._failing = None

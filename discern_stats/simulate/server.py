@@ -11,6 +11,7 @@ only to 127.0.0.1. It is a SIMULATOR endpoint, never a real LLM.
 from __future__ import annotations
 
 import asyncio
+import contextvars
 import json
 import random
 import threading
@@ -18,6 +19,10 @@ import time
 from typing import Any
 
 from langchain_core.messages import AIMessage, HumanMessage, SystemMessage
+
+
+# the request headers of the request being answered (each connection is its own task)
+REQUEST_HEADERS: contextvars.ContextVar[dict[str, str]] = contextvars.ContextVar("request_headers", default={})
 
 
 class FakeOpenAIServer:
@@ -35,6 +40,7 @@ class FakeOpenAIServer:
         self.rng = random.Random(seed)
         self.port = port
         self.counts: dict[str, int] = {"requests": 0, "ok": 0, "rate_limited": 0, **{f: 0 for f in faults}}
+        self.arrivals: list[float] = []  # time.monotonic() of every request's arrival (tests: sent after a kill)
         # rate limit: a token bucket of rate_limit_rps tokens per second holding at most a tenth of a
         # second's worth; a request without a token gets 429 (with Retry-After when retry_after_s is set)
         self.rate_limit_rps, self.retry_after_s = rate_limit_rps, retry_after_s
@@ -56,6 +62,7 @@ class FakeOpenAIServer:
                 method, path, _ = lines[0].split(" ", 2)
                 headers = {k.strip().lower(): v.strip() for k, v in (ln.split(":", 1) for ln in lines[1:] if ":" in ln)}
                 body = await reader.readexactly(int(headers.get("content-length", "0")))
+                REQUEST_HEADERS.set(headers)
                 status, payload = await self._respond(method, path, body)
                 data = payload if isinstance(payload, bytes) else json.dumps(payload).encode()
                 extra = (f"Retry-After: {self.retry_after_s:g}\r\n" if status == 429 and self.retry_after_s is not None
@@ -71,6 +78,7 @@ class FakeOpenAIServer:
 
     async def _respond(self, method: str, path: str, body: bytes) -> tuple[int, Any]:
         self.counts["requests"] += 1
+        self.arrivals.append(time.monotonic())
         if not path.endswith("/chat/completions") or method != "POST":
             return 404, {"error": {"message": f"no route {method} {path}"}}
         if self.rate_limit_rps:
@@ -103,7 +111,7 @@ class FakeOpenAIServer:
         self.counts["ok"] += 1
         n_in = sum(len(m["content"].split()) for m in req["messages"])
         return 200, {"id": f"chatcmpl-{self.counts['requests']}", "object": "chat.completion", "created": int(time.time()),
-                     "model": req.get("model", "synthetic"),
+                     "model": f"{req.get('model', 'synthetic')}-served", "system_fingerprint": "fp_simulator",
                      "choices": [{"index": 0, "message": {"role": "assistant", "content": text}, "finish_reason": "stop"}],
                      "usage": {"prompt_tokens": n_in, "completion_tokens": len(text.split()),
                                "total_tokens": n_in + len(text.split())}}
@@ -214,3 +222,83 @@ def anthropic_body(n: int, model: str, text: Any, stop: str | None) -> dict[str,
     return {"id": f"msg_{n:08d}", "type": "message", "role": "assistant", "model": model, "content": blocks,
             "stop_reason": "max_tokens" if stop in ("length", "max_tokens") else (stop or "end_turn"),
             "stop_sequence": None, "usage": {"input_tokens": 10, "output_tokens": len(text.split())}}
+
+
+# ---------------------------------------------------------------- the Anthropic Messages API contract
+ANTHROPIC_VERSIONS = ("2023-06-01", "2023-01-01")
+
+
+class AnthropicMessagesServer(FakeOpenAIServer):
+    """A loopback ``POST /v1/messages`` server that enforces the Anthropic Messages API contract as
+    the real API does (https://docs.anthropic.com/en/api/messages): the key in ``x-api-key`` (an
+    ``Authorization: Bearer`` header, or a wrong key, gets 401 ``authentication_error``), an
+    ``anthropic-version`` header, a JSON body with ``model``, a positive ``max_tokens`` and
+    ``messages`` of roles user / assistant starting with user, the system prompt as the top-level
+    ``system`` (a ``system`` role in ``messages`` gets 400 ``invalid_request_error``). Answers come
+    from the synthetic respondent, in the Messages API's response shape. Every request's headers
+    and body are kept in ``seen``. A SIMULATOR endpoint, never a real LLM."""
+
+    def __init__(self, api_key: str, profile: str = "credulous", **kw: Any) -> None:
+        super().__init__(profile, **kw)
+        self.api_key = api_key
+        self.seen: list[tuple[dict[str, str], dict[str, Any]]] = []
+        self.counts.update(unauthorized=0, invalid=0)
+
+    @property
+    def base_url(self) -> str:  # the SDK appends /v1/messages itself
+        return f"http://127.0.0.1:{self.port}"
+
+    @staticmethod
+    def _error(status: int, kind: str, message: str) -> tuple[int, Any]:
+        return status, {"type": "error", "error": {"type": kind, "message": message}}
+
+    async def _respond(self, method: str, path: str, body: bytes) -> tuple[int, Any]:
+        self.counts["requests"] += 1
+        self.arrivals.append(time.monotonic())
+        h = REQUEST_HEADERS.get()
+        if method != "POST" or not path.split("?")[0].endswith("/v1/messages"):
+            return self._error(404, "not_found_error", f"no route {method} {path}")
+        try:
+            req = json.loads(body)
+        except json.JSONDecodeError:
+            req = None
+        self.seen.append((dict(h), req if isinstance(req, dict) else {}))
+        if "authorization" in h or h.get("x-api-key") != self.api_key:
+            self.counts["unauthorized"] += 1
+            return self._error(401, "authentication_error", "invalid x-api-key" if "x-api-key" in h else
+                               "x-api-key header is required")
+        problem = self._check(h, req)
+        if problem:
+            self.counts["invalid"] += 1
+            return self._error(400, "invalid_request_error", problem)
+        if self.latency_ms:
+            await asyncio.sleep(self.latency_ms / 1000)
+        msgs = ([SystemMessage(req["system"] if isinstance(req["system"], str) else
+                               "".join(b.get("text", "") for b in req["system"]))] if req.get("system") else [])
+        for m in req["messages"]:
+            text = m["content"] if isinstance(m["content"], str) else "".join(
+                b.get("text", "") for b in m["content"] if b.get("type") == "text")
+            msgs.append(HumanMessage(text) if m["role"] == "user" else AIMessage(text))
+        self.counts["ok"] += 1
+        return 200, anthropic_body(self.counts["requests"], req["model"], self.model.respond(msgs), None)
+
+    @staticmethod
+    def _check(h: dict[str, str], req: Any) -> str | None:
+        if h.get("anthropic-version") not in ANTHROPIC_VERSIONS:
+            return f"anthropic-version header missing or unknown: {h.get('anthropic-version')!r}"
+        if not h.get("content-type", "").startswith("application/json") or not isinstance(req, dict):
+            return "the body must be JSON (content-type: application/json)"
+        if not isinstance(req.get("model"), str) or not req["model"]:
+            return "model: field required"
+        if not isinstance(req.get("max_tokens"), int) or req["max_tokens"] < 1:
+            return "max_tokens: a positive integer is required"
+        msgs = req.get("messages")
+        if not isinstance(msgs, list) or not msgs:
+            return "messages: at least one message is required"
+        for i, m in enumerate(msgs):
+            if m.get("role") not in ("user", "assistant"):
+                return (f"messages.{i}.role: {m.get('role')!r}; the system prompt goes in the top-level 'system' "
+                        f"field")
+            if i == 0 and m["role"] != "user" or i and m["role"] == msgs[i - 1]["role"]:
+                return f"messages.{i}: roles must alternate, starting with user"
+        return None

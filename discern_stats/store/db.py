@@ -55,8 +55,10 @@ class Run(SQLModel, table=True):
     code_version: str
     started_at: dt.datetime = Field(default_factory=utcnow)
     ended_at: Optional[dt.datetime] = None
-    status: str = "running"
+    status: str = "running"  # running | finished | interrupted (Ctrl-C, a killed collector) | database_away
     host: Optional[str] = None
+    # one id shared by the runs of one `collect` call (its worker processes and final sweep)
+    run_group: Optional[str] = Field(default=None, index=True)
 
 
 class LLM(SQLModel, table=True):
@@ -168,6 +170,8 @@ class Trial(SQLModel, table=True):
     lenient_rule: Optional[str] = None  # strict, or the rule that recovered the answer (fenced_block, answer_label, ...)
     lenient_error: Optional[str] = None
     finish_reason: Optional[str] = None  # the provider's stop reason (finish_reason / stop_reason / done_reason)
+    model_reported: Optional[str] = None  # the model name the provider's response gives
+    system_fingerprint: Optional[str] = None  # OpenAI-format system_fingerprint, where given
     error: Optional[str] = None
     rated_reliability: Optional[float] = None
     messages_json: Optional[str] = None  # what was actually sent (Design A includes the prior turn)
