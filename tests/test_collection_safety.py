@@ -31,12 +31,14 @@ from discern_stats.simulate.server import FakeOpenAIServer
 
 runner = CliRunner()
 
+# the guard matters: spawned workers import this script again, and must not start a collection of their own
 COLLECT = textwrap.dedent("""
     import json, sys
     from discern_stats.collect.runner import collect
     from discern_stats.collect.spec import spec_from_dict
-    r = collect(sys.argv[1], spec_from_dict(json.loads(sys.argv[2])), progress=False)
-    print("DONE", r.done, "LOST", r.lost_leases, "SENT", r.sent, flush=True)
+    if __name__ == "__main__":
+        r = collect(sys.argv[1], spec_from_dict(json.loads(sys.argv[2])), progress=False)
+        print("DONE", r.done, "LOST", r.lost_leases, "SENT", r.sent, flush=True)
 """)
 
 
