@@ -2,7 +2,8 @@
 
 from __future__ import annotations
 
-import shutil
+import json
+import re
 import time
 from importlib import resources
 from pathlib import Path
@@ -27,23 +28,64 @@ def _spec_path(name: str) -> Path:
 
 
 DEMO_MARKER = ".discern_stats_demo"
+# the names the demo writes in its folder (what an interrupted demo, with no manifest yet, may have left)
+DEMO_NAMES = re.compile(r"(trials\.db(-wal|-shm|-journal)?|(l2d|cue)_(trials|metrics)\.csv|contrasts\.csv"
+                        r"|true_weights\.csv|report/.*)")
+
+
+def _demo_files(out: Path) -> dict[str, list[int]]:
+    """Every file under ``out`` but the marker: relative path -> [size, mtime in ns]."""
+    return {str(f.relative_to(out)): [f.stat().st_size, f.stat().st_mtime_ns]
+            for f in sorted(out.rglob("*")) if f.is_file() and f.name != DEMO_MARKER}
+
+
+def record_demo_files(out: Path) -> None:
+    """Write the marker with the manifest of what the demo left in ``out`` (size and modification
+    time of each file), so that the next run clears exactly those files and nothing a user added or
+    changed since."""
+    (out / DEMO_MARKER).write_text(json.dumps({
+        "note": "made by `discern-stats demo`; the next demo run with this --out replaces the files listed here, "
+                "and refuses if the folder holds anything else or a listed file changed",
+        "files": _demo_files(out)}, indent=1) + "\n")
 
 
 def prepare_output_folder(out: Path) -> None:
-    """An empty ``out`` for the demo. A folder the demo made before (it holds the marker file) is
-    cleared; an empty folder is used; any other existing path is refused, never deleted."""
+    """An empty ``out`` for the demo. A folder the demo made before (it holds the marker file with
+    the manifest of the files the demo wrote) loses exactly those files, and only when nothing else is
+    there: a file added or changed since (a user's notes, trials collected into the demo's database)
+    makes the run refuse, naming it. An empty folder is used; any other existing path is refused.
+    Nothing is ever deleted that the demo did not write."""
     from .core.errors import InputError
     if out.exists():
         if not out.is_dir():
             raise InputError(f"--out {out} exists and is not a folder; choose another --out")
-        if (out / DEMO_MARKER).is_file():
-            shutil.rmtree(out)
+        marker = out / DEMO_MARKER
+        if marker.is_file():
+            try:
+                listed = json.loads(marker.read_text()).get("files")
+            except (ValueError, AttributeError):
+                listed = None
+            now = _demo_files(out)
+            if isinstance(listed, dict):
+                foreign = [f for f, st in now.items() if listed.get(f) != st]
+            else:  # an older marker, or a demo stopped before it finished: only the demo's own names go
+                foreign = [f for f in now if not DEMO_NAMES.fullmatch(f)]
+            if foreign:
+                shown = ", ".join(foreign[:3]) + (f" and {len(foreign) - 3} more" if len(foreign) > 3 else "")
+                raise InputError(f"--out {out} holds files the demo did not write or that changed since it did "
+                                 f"({shown}); the demo deletes only its own files: choose another --out")
+            for f in now:
+                (out / f).unlink()
+            for d in sorted((p for p in out.rglob("*") if p.is_dir()), key=lambda p: len(p.parts), reverse=True):
+                if not any(d.iterdir()):
+                    d.rmdir()
+            marker.unlink()
         elif any(out.iterdir()):
             raise InputError(f"--out {out} exists and was not made by the demo (no {DEMO_MARKER} file); the demo "
                              f"deletes only its own folders: choose another --out or empty this one yourself")
     out.mkdir(parents=True, exist_ok=True)
-    (out / DEMO_MARKER).write_text("made by `discern-stats demo`; the next demo run with this --out replaces "
-                                   "this folder\n")
+    (out / DEMO_MARKER).write_text(json.dumps({"note": "made by `discern-stats demo` (still running, or stopped "
+                                                       "before it finished)"}) + "\n")
 
 
 def run_demo(out: Path | str = "demo_out", *, worlds: int = 30, resamples: int = 5000, seed: int = 0,
@@ -125,6 +167,7 @@ def run_demo(out: Path | str = "demo_out", *, worlds: int = 30, resamples: int =
                 "DISCERN_RESAMPLES": str(resamples)}, progress=console.print)
             console.print(f"report rendered by {res.renderer}")
             files["report"] = res.out_dir / "index.html"
+    record_demo_files(out)
     console.print(f"done in {time.perf_counter() - t0:.0f} s; outputs:")
     for line in unconverged:  # repeated here so that a failed check is not lost above the progress output
         console.print(f"[bold red]NOT CONVERGED[/] {line}")

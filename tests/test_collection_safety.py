@@ -306,3 +306,50 @@ def test_collection_adapts_to_a_rate_limited_server(tmp_path, monkeypatch):
         assert (att.http_status == 429).sum() == counts["rate_limited"] == r.retries
         n429[mode] = counts["rate_limited"]
     assert n429["adaptive"] < 0.5 * n429["fixed"], n429
+
+
+def test_demo_run_twice_in_one_folder_deletes_nothing_a_user_added(tmp_path, monkeypatch):
+    """Issue 26.9: `demo --out .` run twice deleted the files a user had added in between (the marker
+    made the whole folder the demo's). Now the marker lists what the demo wrote: a second run refuses
+    while a user's file is there (or a demo file changed) and deletes nothing; once they are gone it
+    replaces exactly the demo's own files."""
+    monkeypatch.chdir(tmp_path)
+    args = ["demo", "--out", ".", "--no-fit", "--no-report", "--worlds", "1", "--resamples", "50"]
+    r = runner.invoke(app, args)
+    assert r.exit_code == 0, r.output
+    written = sorted(p.name for p in tmp_path.iterdir())
+    assert "trials.db" in written and "contrasts.csv" in written
+    (tmp_path / "notes.txt").write_text("mine")
+    r = runner.invoke(app, args)
+    assert r.exit_code == 2 and "notes.txt" in r.output and "Traceback" not in r.output, r.output
+    assert (tmp_path / "notes.txt").read_text() == "mine" and sorted(p.name for p in tmp_path.iterdir()) == sorted(
+        written + ["notes.txt"])
+    (tmp_path / "notes.txt").unlink()
+    with open(tmp_path / "contrasts.csv", "a") as f:  # a demo file the user edited is theirs now
+        f.write("my row\n")
+    r = runner.invoke(app, args)
+    assert r.exit_code == 2 and "contrasts.csv" in r.output, r.output
+    assert (tmp_path / "contrasts.csv").read_text().endswith("my row\n")
+    (tmp_path / "contrasts.csv").unlink()
+    r = runner.invoke(app, args)
+    assert r.exit_code == 0, r.output
+    assert sorted(p.name for p in tmp_path.iterdir()) == written
+
+
+def test_an_interrupted_demo_folder_is_cleared_only_of_the_demos_names(tmp_path):
+    """A demo stopped before it finished has no manifest yet: a re-run removes only the names the demo
+    writes, and refuses when anything else is there."""
+    from discern_stats.demo import DEMO_MARKER, prepare_output_folder
+    from discern_stats.core.errors import InputError
+    out = tmp_path / "d"
+    prepare_output_folder(out)
+    (out / "trials.db").write_text("x")
+    (out / "report").mkdir()
+    (out / "report" / "index.html").write_text("x")
+    (out / "draft.md").write_text("mine")
+    with pytest.raises(InputError, match="draft.md"):
+        prepare_output_folder(out)
+    assert (out / "draft.md").exists() and (out / "trials.db").exists()
+    (out / "draft.md").unlink()
+    prepare_output_folder(out)
+    assert sorted(p.name for p in out.iterdir()) == [DEMO_MARKER]
