@@ -441,7 +441,10 @@ def metrics_cmd(design: str = typer.Argument(..., help="l2d or cue"),
     if contrasts_out is not None and d == "cue":
         res = holm_contrasts(df, n_resamples=resamples or 5000, seed=seed)
         write_table(res, contrasts_out)
-        console.print(f"wrote {len(res)} contrasts (Holm family of {res.family_size.iloc[0]}) to {contrasts_out}")
+        left = res.left_out_llms.iloc[0]
+        console.print(f"wrote {len(res)} contrasts (Holm family of {res.family_size.iloc[0]} over the LLMs with "
+                      f"every intervention: {res.family_llms.iloc[0]}"
+                      + (f"; baseline-only LLMs left out: {left}" if left else "") + f") to {contrasts_out}")
 
 
 @app.command("demo")

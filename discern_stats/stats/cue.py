@@ -306,13 +306,39 @@ def intervention_family(llms: list[str], contrasts=CONTRASTS, endpoints=("swap",
 CONTRAST_KEYS = ["llm", "contrast", "endpoint", "scope"]
 
 
+def family_llms(df: pd.DataFrame) -> tuple[list[str], list[str]]:
+    """(the LLMs the contrast family covers, the baseline-only LLMs left out of it).
+
+    What the data was planned for: seed 001 runs every LLM at the baseline C0 and some of them
+    through all interventions C0..C4. The family covers the LLMs collected under every intervention
+    present in the data (all five for the paper's design). An LLM collected beyond the baseline but
+    not under every intervention is an incomplete plan, not a smaller one: `InputError` (a silent
+    shrink of the family would make Holm too lenient). LLMs with the baseline only are left out.
+    """
+    from ..core.errors import InputError
+    present = sorted(df["intervention"].unique())
+    by_llm = df.groupby("llm", sort=True)["intervention"].agg(lambda s: set(s.unique()))
+    base = INTERVENTION_CONTRASTS[0][1] if INTERVENTION_CONTRASTS else "C0"
+    covered = [m for m, ivs in by_llm.items() if ivs >= set(present)]
+    partial = {m: ivs for m, ivs in by_llm.items() if m not in covered and ivs - {base}}
+    if partial:
+        m, ivs = next(iter(partial.items()))
+        raise InputError(f"LLM {m!r} was collected under {', '.join(sorted(ivs))} but not "
+                         f"{', '.join(sorted(set(present) - ivs))}; the contrast family covers the LLMs with every "
+                         f"intervention in the data ({', '.join(present)}): collect the rest or leave {m!r} out")
+    return covered, [m for m in by_llm.index if m not in covered]
+
+
 def holm_contrasts(df: pd.DataFrame, *, n_resamples: int = DEFAULT_RESAMPLES, seed: int = 0,
                    alpha: float = 0.05) -> pd.DataFrame:
     """Intervention contrasts with Holm-adjusted p-values over the declared family.
 
-    The family is declared from the design, before any result: every LLM in the data x the
-    pre-specified contrasts whose two arms were collected x both endpoints x Core/All
-    (48 tests for 3 LLMs with C0..C4).
+    The family is declared from what the data was planned for, before any result: the LLMs
+    collected under every intervention in the data (`family_llms`; seed 001: the 3 LLMs run
+    through C0..C4, not the 10 run at C0 only) x the pre-specified contrasts whose two arms were
+    collected x both endpoints x Core/All (48 tests for 3 LLMs with C0..C4). A declared test
+    without a result (e.g. no Core world in one arm) is refused. Columns ``family_llms`` (the
+    LLMs covered) and ``left_out_llms`` (baseline-only LLMs) say which LLMs the correction spans.
     """
     from .holm import holm
     present = set(df["intervention"].unique())
@@ -320,6 +346,10 @@ def holm_contrasts(df: pd.DataFrame, *, n_resamples: int = DEFAULT_RESAMPLES, se
     if not contrasts:
         from ..core.errors import InputError
         raise InputError("no pre-specified intervention contrast has both arms in the data (collect C0..C4)")
-    con = intervention_contrasts(df, contrasts=contrasts, n_resamples=n_resamples, seed=seed)
-    fam = intervention_family(sorted(df["llm"].unique()), contrasts=contrasts)
-    return holm(con, fam, CONTRAST_KEYS, alpha=alpha)
+    covered, left_out = family_llms(df)
+    con = intervention_contrasts(df[df["llm"].isin(covered)], contrasts=contrasts, n_resamples=n_resamples, seed=seed)
+    fam = intervention_family(covered, contrasts=contrasts)
+    res = holm(con, fam, CONTRAST_KEYS, alpha=alpha)
+    res["family_llms"] = ", ".join(covered)
+    res["left_out_llms"] = ", ".join(left_out)
+    return res
