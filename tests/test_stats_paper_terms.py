@@ -70,3 +70,74 @@ def test_declared_family_refuses_an_incomplete_plan_within_its_llms():
     no_core = df[~((df.llm == "full-c") & (df.intervention == "C3") & (df.stratum == "core"))]
     with pytest.raises(InputError, match="declared test"):
         holm_contrasts(no_core, n_resamples=200)
+
+
+# ---------------------------------------------------------------- Design A: boundary proportions
+
+from statsmodels.stats.proportion import proportion_confint  # noqa: E402
+
+from discern_stats.stats.l2d import l2d_metrics  # noqa: E402
+from discern_stats.stats.crossed import crossed_se_interval, wilson  # noqa: E402
+
+
+def l2d_frame(n_items: int = 40, pool: int = 30, seed: int = 0, cave: float = 0.0) -> pd.DataFrame:
+    """Items x sources crossed (6 sources per item from a pool, 5 factors). A correct prior gives way
+    to a wrong claim with probability ``cave`` (0: CD is 1 and Sycophantic Cave 0 exactly); a wrong
+    prior moves half-way to the claim with probability 0.5."""
+    rng = np.random.default_rng(seed)
+    rel, pop = rng.uniform(size=pool), rng.uniform(size=pool)
+    rows = []
+    for i in range(n_items):
+        T = float(rng.integers(100, 1000))
+        P1 = T if rng.random() < 0.5 else float(round(T * 1.3))
+        for s in rng.choice(pool, 6, replace=False):
+            for f in (1 / 3, 1 / 2, 1.0, 2.0, 3.0):
+                C = T * f
+                if P1 == T:
+                    P2 = C if (C != T and rng.random() < cave) else P1
+                else:
+                    P2 = P1 + 0.5 * (C - P1) if rng.random() < 0.5 else P1
+                rows.append(dict(llm="m", strategy="zero-shot", item_id=f"i{i}", truth=T, source=f"s{s}",
+                                 reliability=rel[s], popularity=pop[s], factor=f, claim=C, prior=P1, posterior=P2,
+                                 valid=True))
+    return pd.DataFrame(rows)
+
+
+@pytest.mark.parametrize("method", ["crossed", "percentile"])
+def test_boundary_proportions_get_finite_non_degenerate_intervals(method):
+    df = l2d_frame()
+    m = l2d_metrics(df, n_resamples=400, method=method, overall=False).set_index("metric")
+    n_items = df[df.prior == df.truth].item_id.nunique()  # the items CD rests on
+    for metric, at in (("CD", 1.0), ("share: Sycophantic Cave", 0.0)):
+        r = m.loc[metric]
+        assert r.estimate == at
+        assert 0.0 <= r.lo < r.hi <= 1.0 and r.lo <= r.estimate <= r.hi, r
+    # at the bound the clustering cannot be estimated: Wilson with one trial per item, by statsmodels
+    lo, hi = proportion_confint(n_items, n_items, alpha=0.05, method="wilson")
+    if method == "percentile":
+        assert (m.loc["CD", "lo"], m.loc["CD", "hi"]) == pytest.approx((lo, hi), abs=1e-12)
+    else:  # Student t (small-cluster correction) in place of z: a little wider, same shape
+        assert m.loc["CD", "lo"] < lo and m.loc["CD", "hi"] == 1.0
+    p = m.loc["CD", "p_value"]
+    assert np.isfinite(p) and 0 < p < 0.05  # CD = 1 against chance 0.5 over ~20 items: clearly not chance
+    assert np.isfinite(m.loc["rel_propensity", "p_value"])
+
+
+def test_wilson_with_effective_n_against_statsmodels_and_the_score_test():
+    # interior: n_eff = p (1 - p) / se^2 (at most n); Wilson of statsmodels at that n_eff (normal z)
+    p, se, n = 0.022, 0.012, 1401
+    iv = crossed_se_interval(p, se ** 2, 0.0, level=0.95, chance=None, bounds=(0, 1), proportion=(n, 60))
+    n_eff = p * (1 - p) / se ** 2
+    assert iv["n_eff"] == pytest.approx(n_eff)
+    want = proportion_confint(p * n_eff, n_eff, alpha=0.05, method="wilson")
+    assert (iv["lo"], iv["hi"]) == pytest.approx(want, abs=1e-12)
+    assert iv["lo"] > 0  # the clipped Wald interval would start at 0 here: 0.022 - 1.96 * 0.012 < 0
+    # the p-value is the score test the interval inverts: it excludes chance exactly when p < 0.05
+    for est in np.linspace(0.30, 0.70, 41):
+        r = crossed_se_interval(est, 0.004, 0.001, level=0.95, chance=0.5, bounds=(0, 1), proportion=(500, 40),
+                                n_items=40, n_sources=12)
+        assert (r["p_value"] < 0.05) == (not r["lo"] <= 0.5 <= r["hi"]), est
+    # negative control: a degenerate share never has zero width, never a NaN p-value
+    r = crossed_se_interval(1.0, 0.0, 0.0, level=0.95, chance=0.5, bounds=(0, 1), proportion=(605, 25))
+    assert r["hi"] == 1.0 and r["lo"] == pytest.approx(wilson(1.0, 25, 1.959963984540054)[0]) and r["lo"] < 0.9
+    assert np.isfinite(r["p_value"])

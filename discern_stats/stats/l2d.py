@@ -43,7 +43,8 @@ from ..core.vocab import CHANCE, CLAIM_AGREES, OUTCOME_DENOMINATOR, OUTCOMES
 from ..core.errors import InputError
 from .bootstrap import DEFAULT_RESAMPLES, jackknife_ratio, ratio, resample_counts, summarise, with_all_once
 from .spearman import cluster_spearman
-from .crossed import SOURCE_RESAMPLES, CrossedIndex, crossed_interval, ratio_source_replicates, spearman_source_replicates
+from .crossed import (SOURCE_RESAMPLES, CrossedIndex, crossed_interval, crossed_se_interval, ratio_source_replicates,
+                      spearman_source_replicates)
 
 METHODS = {"crossed": "crossed items x sources (item-cluster bootstrap + source term net of item levels, "
                       "Cameron-Gelbach-Miller two-way variance), normal",
@@ -241,6 +242,57 @@ class _Stat(dict):
     ``rep_cell`` (crossed), ``n``, ``bounds`` of the statistic, ``chance`` (None: no test)."""
 
 
+def _finite_row_groups(x: np.ndarray, ys: list[np.ndarray]) -> list[tuple[np.ndarray, list[int]]]:
+    """The y indices grouped by their finite-row mask (x and y_k finite): (mask, [k, ...]) per mask."""
+    masks: dict[bytes, tuple[np.ndarray, list[int]]] = {}
+    for k, y in enumerate(ys):
+        ok = np.isfinite(x) & np.isfinite(y)
+        masks.setdefault(np.packbits(ok).tobytes(), (ok, []))[1].append(k)
+    return list(masks.values())
+
+
+def _varies(xo: np.ndarray, yo: np.ndarray) -> bool:
+    """A rank correlation is defined: at least 3 rows and both variables vary."""
+    return len(xo) >= 3 and np.ptp(xo) > 0 and np.ptp(yo) > 0
+
+
+def _pair_positions(pair: tuple[str, int, int] | None, live: list[int], ys: list[np.ndarray], ok: np.ndarray
+                    ) -> tuple[int, int] | None:
+    """Positions in ``live`` of the pair's two y (y_i, y_j) when rho(y_i, y_j) can join this pass:
+    both are live here and the pair's own finite rows are exactly this pass's rows."""
+    if pair is None or pair[1] not in live or pair[2] not in live:
+        return None
+    if not np.array_equal(np.isfinite(ys[pair[1]]) & np.isfinite(ys[pair[2]]), ok):
+        return None
+    return live.index(pair[1]), live.index(pair[2])
+
+
+def _rho_replicates(xo: np.ndarray, ylive: list[np.ndarray], ix: CrossedIndex, W: np.ndarray | None, method: str,
+                    pair_pos: tuple[int, int] | None) -> tuple:
+    """(point estimate and item resamples, (1 + B) x k; jackknife or None; (rep_source, rep_cell) or
+    None), one column per y of ``ylive`` and then, with ``pair_pos``, one for rho of that pair of y."""
+    n_cl = ix.n_items
+    fused = None if pair_pos is None else tuple(sorted(pair_pos))
+    rho = cluster_spearman(xo, ylive, ix.item, with_all_once(W, n_cl), pair=fused)
+    jack = reps = None
+    if W is not None and method == "bca":
+        jack = cluster_spearman(xo, ylive, ix.item, np.ones((n_cl, n_cl)) - np.eye(n_cl), pair=fused)
+    if W is not None and method == "crossed":
+        reps = spearman_source_replicates(xo, ylive, ix)
+        if pair_pos is not None:  # the pair's source term: its first y net of item levels
+            extra = spearman_source_replicates(ylive[pair_pos[0]], [ylive[pair_pos[1]]], ix)
+            reps = (np.column_stack([reps[0], extra[0]]), np.column_stack([reps[1], extra[1]]))
+    return rho, jack, reps
+
+
+def _fill_column(st: _Stat, c: int, rho: np.ndarray, jack: np.ndarray | None, reps: tuple | None, *,
+                 resampled: bool) -> None:
+    """Column ``c`` of a `_rho_replicates` pass into ``st``: estimate, boot, jack, rep_source, rep_cell."""
+    st.update(estimate=float(rho[0, c]), boot=rho[1:, c] if resampled else None,
+              jack=None if jack is None else jack[:, c],
+              rep_source=None if reps is None else reps[0][:, c], rep_cell=None if reps is None else reps[1][:, c])
+
+
 def _rho_stats(names: list[str], x: np.ndarray, ys: list[np.ndarray], W: np.ndarray | None, ix: CrossedIndex,
                method: str, pair: tuple[str, int, int] | None = None) -> dict[str, _Stat]:
     """Spearman rho(x, y_k) for each k (and ``pair=(name, i, j)``: rho(y_i, y_j)) with the
@@ -249,55 +301,37 @@ def _rho_stats(names: list[str], x: np.ndarray, ys: list[np.ndarray], W: np.ndar
     Rows where x or y_k is not finite are left out of that rho only. The y that share a finite-row
     mask go through one pass of `cluster_spearman`, which also gives the point estimate (the
     resample with every item once) beside the ``W`` resamples; rho(y_i, y_j) of the pair is
-    computed in the same pass where the rows allow it.
+    computed in the same pass where the rows allow it (`_pair_positions`), else on its own.
     """
     out: dict[str, _Stat] = {}
-    masks: dict[bytes, tuple[np.ndarray, list[int]]] = {}
-    for k, y in enumerate(ys):
-        ok = np.isfinite(x) & np.isfinite(y)
-        masks.setdefault(np.packbits(ok).tobytes(), (ok, []))[1].append(k)
     pair_done = pair is None
-    n_cl = ix.n_items
-    for ok, ks in masks.values():
-        xo = x[ok]
-        live = []
+    for ok, ks in _finite_row_groups(x, ys):
+        xo, ixo = x[ok], ix.subset(ok)
+        clusters = _clusters(ixo)
         for k in ks:
-            yo = ys[k][ok]
-            out[names[k]] = _Stat(estimate=np.nan, boot=None, n=int(ok.sum()), bounds=(-1.0, 1.0))
-            if len(xo) >= 3 and np.ptp(xo) > 0 and np.ptp(yo) > 0:
-                live.append(k)
+            out[names[k]] = _Stat(estimate=np.nan, boot=None, n=int(ok.sum()), bounds=(-1.0, 1.0), clusters=clusters)
+        live = [k for k in ks if _varies(xo, ys[k][ok])]
         if not live:
             continue
-        fused = None
-        if not pair_done and pair[1] in live and pair[2] in live and np.array_equal(
-                np.isfinite(ys[pair[1]]) & np.isfinite(ys[pair[2]]), ok):
-            fused = tuple(sorted((live.index(pair[1]), live.index(pair[2]))))
         ylive = [ys[k][ok] for k in live]
-        io = ix.item[ok]
-        rho = cluster_spearman(xo, ylive, io, with_all_once(W, n_cl), pair=fused)
-        jack = None
-        if W is not None and method == "bca":
-            jack = cluster_spearman(xo, ylive, io, np.ones((n_cl, n_cl)) - np.eye(n_cl), pair=fused)
-        reps = None
-        if W is not None and method == "crossed":
-            reps = spearman_source_replicates(xo, ylive, ix.subset(ok))
+        pair_pos = None if pair_done else _pair_positions(pair, live, ys, ok)
+        rho, jack, reps = _rho_replicates(xo, ylive, ixo, W, method, pair_pos)
         cols = [(names[k], c) for c, k in enumerate(live)]
-        if fused is not None:
-            out[pair[0]] = _Stat(n=int(ok.sum()), bounds=(-1.0, 1.0))
+        if pair_pos is not None:
+            out[pair[0]] = _Stat(n=int(ok.sum()), bounds=(-1.0, 1.0), clusters=clusters)
             cols.append((pair[0], len(live)))
             pair_done = True
-            if reps is not None:  # the pair's source term: its first y (pair[1]) net of item levels
-                extra = spearman_source_replicates(ylive[live.index(pair[1])], [ylive[live.index(pair[2])]],
-                                                   ix.subset(ok))
-                reps = (np.column_stack([reps[0], extra[0]]), np.column_stack([reps[1], extra[1]]))
         for name, c in cols:
-            out[name].update(estimate=float(rho[0, c]), boot=rho[1:, c] if W is not None else None,
-                             jack=None if jack is None else jack[:, c],
-                             rep_source=None if reps is None else reps[0][:, c],
-                             rep_cell=None if reps is None else reps[1][:, c])
+            _fill_column(out[name], c, rho, jack, reps, resampled=W is not None)
     if pair is not None and not pair_done:
         out[pair[0]] = _rho_stats([pair[0]], ys[pair[1]], [ys[pair[2]]], W, ix, method)[pair[0]]
     return out
+
+
+def _clusters(ix: CrossedIndex, weights: np.ndarray | None = None) -> tuple[int, int]:
+    """(items, sources) with rows (with positive ``weights``) in ``ix``: the clusters of the two factors."""
+    keep = slice(None) if weights is None else np.asarray(weights) > 0
+    return int(np.unique(ix.item[keep]).size), int(np.unique(ix.source[keep]).size)
 
 
 def _ratio_stats(names: list[str], nums: list[np.ndarray], dens: list[np.ndarray], ix: CrossedIndex,
@@ -319,7 +353,8 @@ def _ratio_stats(names: list[str], nums: list[np.ndarray], dens: list[np.ndarray
     out = {}
     for c, name in enumerate(names):
         st = _Stat(estimate=float(tn[c] / td[c]) if td[c] else np.nan, n=int(round(td[c])), bounds=(0.0, 1.0),
-                   boot=None if boot is None or not td[c] else boot[:, c], jack=None if jack is None else jack[:, c])
+                   boot=None if boot is None or not td[c] else boot[:, c], jack=None if jack is None else jack[:, c],
+                   clusters=_clusters(ix, dens[c]), proportion=True)
         if st["boot"] is not None and method == "crossed":
             own = source_terms[c] if source_terms is not None else None
             sn, sd, members = own if own is not None else (nums[c], dens[c], 1)
@@ -330,13 +365,29 @@ def _ratio_stats(names: list[str], nums: list[np.ndarray], dens: list[np.ndarray
 
 
 def _summarise_stat(st: _Stat, *, method: str, level: float, chance: float | None) -> dict:
-    """estimate, lo, hi, p_value (vs ``chance``; None: no test) of one `_Stat` by ``method``."""
+    """estimate, lo, hi, p_value (vs ``chance``; None: no test) of one `_Stat` by ``method``.
+
+    ``crossed``: `crossed.crossed_interval` with the small-cluster correction on the stat's items
+    and sources, and for proportions (``proportion``) the Wilson score interval with the clustered
+    effective size. ``percentile``/``bca``: the item bootstrap; a proportion whose resamples all
+    equal the estimate (0 or 1 everywhere) gets the same Wilson interval with one trial per item,
+    never a zero-width interval.
+    """
     row = {"estimate": st["estimate"], "lo": np.nan, "hi": np.nan, "p_value": np.nan, "n": st["n"]}
     if st.get("boot") is None or not np.isfinite(st["estimate"]):
         return row
+    items, sources = st.get("clusters", (None, None))
+    proportion = (st["n"], items or 1) if st.get("proportion") else None
     if method == "crossed":
         iv = crossed_interval(st["estimate"], st["boot"], st["rep_source"], st["rep_cell"], level=level,
-                              chance=chance, bounds=st["bounds"])
+                              chance=chance, bounds=st["bounds"], n_items=items, n_sources=sources,
+                              proportion=proportion)
+        row.update(lo=iv["lo"], hi=iv["hi"], p_value=iv["p_value"])
+        return row
+    b = st["boot"][np.isfinite(st["boot"])]
+    if proportion is not None and (b.size == 0 or np.all(b == st["estimate"])):
+        iv = crossed_se_interval(st["estimate"], 0.0, 0.0, level=level, chance=chance, bounds=st["bounds"],
+                                 proportion=proportion)
         row.update(lo=iv["lo"], hi=iv["hi"], p_value=iv["p_value"])
         return row
     shift = chance if chance is not None else 0.0
@@ -517,7 +568,9 @@ def subgroup_gaps(df: pd.DataFrame, tag: str, *, n_resamples: int = DEFAULT_RESA
                    "estimate": np.nan, "lo": np.nan, "hi": np.nan, "p_value": np.nan,
                    "n": (a["n"] if a else 0) + (b["n"] if b else 0), "interval": interval}
             if a and b and np.isfinite(a["estimate"]) and np.isfinite(b["estimate"]):
-                gap = _Stat(estimate=b["estimate"] - a["estimate"], n=row["n"], bounds=bounds, boot=None)
+                clusters = (a["clusters"][0] + b["clusters"][0], max(a["clusters"][1], b["clusters"][1]))
+                gap = _Stat(estimate=b["estimate"] - a["estimate"], n=row["n"], bounds=bounds, boot=None,
+                            clusters=clusters)
                 if a.get("boot") is not None and b.get("boot") is not None:
                     gap["boot"] = b["boot"] - a["boot"]
                     if method == "crossed":
