@@ -141,3 +141,83 @@ def test_wilson_with_effective_n_against_statsmodels_and_the_score_test():
     r = crossed_se_interval(1.0, 0.0, 0.0, level=0.95, chance=0.5, bounds=(0, 1), proportion=(605, 25))
     assert r["hi"] == 1.0 and r["lo"] == pytest.approx(wilson(1.0, 25, 1.959963984540054)[0]) and r["lo"] < 0.9
     assert np.isfinite(r["p_value"])
+
+
+# ---------------------------------------------------------------- Design B: the |order| contrast
+
+from discern_stats.stats.bootstrap import boot_p_value  # noqa: E402
+from discern_stats.stats.cue import abs_contrast_test, percentile_inversion_interval  # noqa: E402
+
+
+def test_percentile_inversion_is_exactly_the_set_the_p_value_does_not_reject():
+    rng = np.random.default_rng(7)
+    for B in (19, 200, 999):
+        b = np.round(rng.normal(2.0, 1.5, B), 1)  # ties on purpose
+        lo, hi = percentile_inversion_interval(b, 0.05)
+        if B == 19:  # p >= 2 / 20 always: nothing is rejected
+            assert (lo, hi) == (-np.inf, np.inf)
+            continue
+        for t in np.unique(np.r_[b, b - 1e-9, b + 1e-9, lo, hi]):
+            assert (boot_p_value(b - t) >= 0.05) == (lo <= t <= hi), (B, t)
+    assert percentile_inversion_interval(np.arange(10.0), 0.05) == (-np.inf, np.inf)  # B = 10 cannot reject
+
+
+def test_abs_contrast_iut_p_value_and_its_interval_agree_by_construction():
+    rng = np.random.default_rng(8)
+    n_disagree = n_reject = 0
+    for k in range(300):
+        t1, t0 = rng.choice([-6.0, -3.0, 0.0, 3.0, 6.0], 2)
+        cov = np.array([[4.0, 1.2], [1.2, 4.0]])
+        est = rng.multivariate_normal([t1, t0], cov)
+        boot = est + rng.multivariate_normal([0, 0], cov, size=499)
+        r = abs_contrast_test(est[0], est[1], boot[:, 0], boot[:, 1])
+        # p: the larger of the two paired-bootstrap p-values, written out
+        d, s = boot[:, 0] - boot[:, 1], boot[:, 0] + boot[:, 1]
+        p_d = min(1, 2 * min((d <= 0).sum() + 1, (d >= 0).sum() + 1) / 500)
+        p_s = min(1, 2 * min((s <= 0).sum() + 1, (s >= 0).sum() + 1) / 500)
+        assert r["p_value"] == pytest.approx(max(p_d, p_s), abs=1e-15)
+        assert r["estimate"] == pytest.approx(abs(est[0]) - abs(est[1]))
+        assert r["lo"] <= r["estimate"] <= r["hi"]
+        excludes = not (r["lo"] <= 0 <= r["hi"])
+        n_disagree += excludes != (r["p_value"] < 0.05)
+        n_reject += excludes
+        if k < 40:  # the interval is the range of |t1| - |t0| over the rectangle of the two inverted intervals
+            (dl, dh), (sl, sh) = percentile_inversion_interval(d, 0.05), percentile_inversion_interval(s, 0.05)
+            gd, gs = np.meshgrid(np.linspace(dl, dh, 401), np.linspace(sl, sh, 401))
+            vals = np.abs((gd + gs) / 2) - np.abs((gs - gd) / 2)
+            assert vals.min() >= r["lo"] - 1e-9 and vals.max() <= r["hi"] + 1e-9
+            assert vals.min() == pytest.approx(r["lo"], abs=0.02 * (dh - dl + sh - sl))
+            assert vals.max() == pytest.approx(r["hi"], abs=0.02 * (dh - dl + sh - sl))
+    assert n_disagree == 0
+    assert 20 < n_reject < 280  # negative control: both outcomes occur in this set
+
+
+def test_abs_contrast_in_the_contrast_table_agrees_with_its_p_value():
+    rows = cue_rows("m", ["C0"], n_worlds=40, seed=1, order_w=0.25) + cue_rows("m", ["C2"], n_worlds=40, seed=2,
+                                                                                  order_w=0.0)
+    con = intervention_contrasts(pd.DataFrame(rows), contrasts=[("C2", "C0")], n_resamples=999)
+    ab = con[con.endpoint == "abs_text_order"]
+    assert len(ab) == 2
+    for r in ab.itertuples():
+        assert (r.p_value < 0.05) == (not r.lo <= 0 <= r.hi)
+        assert r.estimate == pytest.approx(r.arm1 - r.arm0)
+
+
+def test_contrast_table_caption_names_the_family_and_the_abs_order_test():
+    from discern_stats.report.tables import contrasts_table
+    res = holm_contrasts(paper_shaped_cue(), n_resamples=200)
+
+    class Ctx:  # the few context methods the table reads
+        def contrasts(self):
+            return res
+
+        def model(self, kind):
+            return None
+
+        def llm_table(self):
+            return pd.DataFrame({"name": sorted(res.llm.unique()), "is_simulator": False})
+
+    html = contrasts_table(Ctx()).as_raw_html().replace("\u00a0", " ")
+    assert "family of 48 (the LLMs collected under every intervention: full-a, full-b, full-c)" in html
+    assert "Baseline-only LLMs, outside the family: base00" in html
+    assert "intersection-union test" in html and "excludes 0 exactly when p &lt; 0.05" in html

@@ -471,13 +471,25 @@ def contrasts_table(ctx: ReportContext) -> GT:
     if df.empty:
         return _gt(pd.DataFrame({"note": [ctx.contrasts_note()]}))
     n = len(contrasts_frame(ctx))
+    raw = ctx.contrasts()
+    covered = raw["family_llms"].iloc[0] if "family_llms" in raw.columns and len(raw) else ""
+    left = raw["left_out_llms"].iloc[0] if "left_out_llms" in raw.columns and len(raw) else ""
+    lab = _llm_label(ctx)
+    names = lambda s: ", ".join(lab.get(x, x) for x in s.split(", ")) if s else ""  # noqa: E731
+    family = f" (the LLMs collected under every intervention: {names(covered)})" if covered else ""
+    left_note = f" Baseline-only LLMs, outside the family: {names(left)}." if left else ""
     return (_gt(df, rowname_col="LLM", groupname_col="group")
             .tab_header("Pre-specified intervention contrasts (pp)",
-                        f"estimate [95% paired whole-world bootstrap interval]; Holm over one declared family of {n:,}")
+                        f"estimate [95% interval, paired whole-world bootstrap]; Holm over one declared family of "
+                        f"{n:,}{family}")
             .tab_source_note("* Holm-adjusted p < 0.05, ** < 0.01, *** < 0.001. Swap effect = P(B | LH) − P(B | HL); "
                              "|Text-order effect| = |P(B | B first) − P(B | A first)|; a contrast is the effect under "
-                             "the first condition minus under the second. Base C0, Sham C1 (irrelevant table of the "
-                             "ledger's length), Flat C2 (facts as prose), Ledger C3 (facts by source), +Rule C4."))
+                             "the first condition minus under the second. Swap contrasts: percentile interval and its "
+                             "p-value. |Text-order| contrasts: intersection-union test of equal absolute effects "
+                             "(p = the larger of the p-values of the arms' difference and sum) and the interval "
+                             "inverted from it, so it excludes 0 exactly when p < 0.05. Base C0, Sham C1 (irrelevant "
+                             "table of the ledger's length), Flat C2 (facts as prose), Ledger C3 (facts by source), "
+                             "+Rule C4." + left_note))
 
 
 def contrasts_bayes_table(ctx: ReportContext) -> GT:

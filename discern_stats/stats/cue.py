@@ -256,14 +256,78 @@ def abs_contrast_p_value(est1: float, est0: float, boot1: np.ndarray, boot0: np.
     return float(2 * sps.norm.sf(abs(t) / np.sqrt(var)))
 
 
+def percentile_inversion_interval(boot: np.ndarray, alpha: float) -> tuple[float, float]:
+    """The set of theta_0 that `bootstrap.boot_p_value` does not reject at ``alpha``, exactly:
+    p(theta_0) = min(1, 2 min(#(b <= theta_0) + 1, #(b >= theta_0) + 1) / (B + 1)) >= alpha holds iff
+    #(b <= theta_0) >= k and #(b >= theta_0) >= k with k = ceil(alpha (B + 1) / 2) - 1, i.e.
+    b_(k) <= theta_0 <= b_(B - k + 1) (order statistics, 1-based). k <= 0: the whole line."""
+    b = np.sort(boot[np.isfinite(boot)])
+    k = int(np.ceil(alpha * (b.size + 1) / 2 - 1e-12)) - 1
+    if b.size == 0 or k <= 0:
+        return -np.inf, np.inf
+    return float(b[k - 1]), float(b[b.size - k])
+
+
+def _abs_difference(d: np.ndarray, s: np.ndarray) -> np.ndarray:
+    """|theta_1| - |theta_0| from d = theta_1 - theta_0 and s = theta_1 + theta_0: sign(d s) min(|d|, |s|)."""
+    return np.sign(d * s) * np.minimum(np.abs(d), np.abs(s))
+
+
+def abs_contrast_test(est1: float, est0: float, boot1: np.ndarray, boot0: np.ndarray, *, level: float = 0.95
+                      ) -> dict[str, float]:
+    """Intersection-union test of H0: |theta_1| = |theta_0| and the interval of |theta_1| - |theta_0|
+    inverted from it (seed 001's absolute text-order contrast; issue 24.4).
+
+    |theta_1| = |theta_0| iff (theta_1 - theta_0)(theta_1 + theta_0) = 0, so H0 is the union of
+    H_d: d = theta_1 - theta_0 = 0 and H_s: s = theta_1 + theta_0 = 0. An intersection-union test
+    (Berger 1982) rejects the union when it rejects each part at alpha:
+    p = max(p_d, p_s), each the paired-bootstrap p-value of `bootstrap.boot_p_value` (the
+    percentile inversion) of d* = theta*_1 - theta*_0 and s* = theta*_1 + theta*_0 (same worlds in
+    both arms). Its size is at most alpha at every point of H0 (0 / 0, equal, sign-flipped).
+
+    Interval: with I_d and I_s the exact inversions of those two tests (`percentile_inversion_interval`),
+    the range of |theta_1| - |theta_0| = sign(d s) min(|d|, |s|) over d in I_d, s in I_s (a
+    piecewise-linear function, so its extremes lie at the rectangle's corners or where an edge
+    crosses d = 0, s = 0 or d = +-s). It holds 0 exactly when I_d or I_s holds 0, i.e. exactly when
+    p >= alpha: the interval excludes 0 iff the test rejects.
+    """
+    ok = np.isfinite(boot1) & np.isfinite(boot0)
+    b1, b0 = boot1[ok], boot0[ok]
+    est = abs(est1) - abs(est0) if np.isfinite(est1) and np.isfinite(est0) else np.nan
+    if b1.size < 2 or not np.isfinite(est):
+        return {"estimate": est, "lo": np.nan, "hi": np.nan, "p_value": np.nan}
+    from .bootstrap import boot_p_value
+    alpha = 1 - level
+    p = max(boot_p_value(b1 - b0), boot_p_value(b1 + b0))
+    (dl, dh), (sl, sh) = percentile_inversion_interval(b1 - b0, alpha), percentile_inversion_interval(b1 + b0, alpha)
+    cand_d, cand_s = [dl, dh], [sl, sh]
+    pts = [(d, s) for d in cand_d for s in cand_s]
+    for d in cand_d:  # edges at fixed d: s = 0, d, -d
+        pts += [(d, s) for s in (0.0, d, -d) if sl <= s <= sh]
+    for s in cand_s:  # edges at fixed s: d = 0, s, -s
+        pts += [(d, s) for d in (0.0, s, -s) if dl <= d <= dh]
+    if dl <= 0 <= dh and sl <= 0 <= sh:
+        pts.append((0.0, 0.0))
+    with np.errstate(invalid="ignore"):
+        vals = _abs_difference(np.array([q[0] for q in pts]), np.array([q[1] for q in pts]))
+    vals = vals[~np.isnan(vals)]  # inf * 0 at an unbounded corner
+    lo, hi = (float(vals.min()), float(vals.max())) if vals.size else (-np.inf, np.inf)
+    if not np.isfinite(dl) or not np.isfinite(sl):
+        lo, hi = -np.inf, np.inf
+    return {"estimate": float(est), "lo": lo, "hi": hi, "p_value": float(p)}
+
+
 def intervention_contrasts(df: pd.DataFrame, *, contrasts=CONTRASTS, endpoints=("swap", "abs_text_order"),  # noqa: ANN001
                            scopes=("core", "all"), n_resamples: int = DEFAULT_RESAMPLES, seed: int = 0,
                            level: float = 0.95) -> pd.DataFrame:
     """Pre-specified intervention contrasts (seed 001 section 3.2): for each LLM, contrast
     (e.g. C2 - C0), endpoint (signed swap effect; absolute text-order effect, the order effect
     averaged over event times) and scope, the difference in pp with a paired whole-world
-    bootstrap (same worlds in both arms). p-values: signed endpoints by the percentile inversion
-    (`bootstrap.boot_p_value`); absolute endpoints by `abs_contrast_p_value`."""
+    bootstrap (same worlds in both arms). Signed endpoints: percentile interval and its p-value
+    (`bootstrap.boot_p_value`). Absolute endpoints: the intersection-union test of
+    |theta_1| = |theta_0| and the interval inverted from it (`abs_contrast_test`; chosen over the
+    Wald test of squares, `abs_contrast_p_value`, by benchmarks/size_power_abs_order.py), so
+    the interval excludes 0 exactly when p < 1 - level."""
     wide = world_table(df)
     rows = []
     for llm in sorted(wide.index.get_level_values("llm").unique()):
@@ -283,15 +347,14 @@ def intervention_contrasts(df: pd.DataFrame, *, contrasts=CONTRASTS, endpoints=(
                         continue
                     (e1, b1, *_), (e0, b0, *_) = arms[0][eff], arms[1][eff]
                     if absolute:
-                        est = abs(e1) - abs(e0)
-                        ivl = summarise(est, np.abs(b1) - np.abs(b0), level=level)
-                        p = abs_contrast_p_value(e1, e0, b1, b0)
+                        t = abs_contrast_test(e1, e0, b1, b0, level=level)
+                        est, lo, hi, p = t["estimate"], t["lo"], t["hi"], t["p_value"]
                     else:
                         est = e1 - e0
                         ivl = summarise(est, b1 - b0, level=level)
-                        p = ivl.p_value
+                        lo, hi, p = ivl.lo, ivl.hi, ivl.p_value
                     rows.append({"llm": llm, "contrast": f"{c1}-{c0}", "endpoint": ep, "scope": scope,
-                                 "estimate": est, "lo": ivl.lo, "hi": ivl.hi, "p_value": p,
+                                 "estimate": est, "lo": lo, "hi": hi, "p_value": p,
                                  "n_worlds": len(worlds), "arm1": abs(e1) if absolute else e1,
                                  "arm0": abs(e0) if absolute else e0, "n_resamples": n_resamples})
     return pd.DataFrame(rows)
