@@ -221,3 +221,51 @@ def test_contrast_table_caption_names_the_family_and_the_abs_order_test():
     assert "family of 48 (the LLMs collected under every intervention: full-a, full-b, full-c)" in html
     assert "Baseline-only LLMs, outside the family: base00" in html
     assert "intersection-union test" in html and "excludes 0 exactly when p &lt; 0.05" in html
+
+
+# ---------------------------------------------------------------- Design A: subgroup gaps on the paper's terms
+
+from discern_stats.stats.l2d import subgroup_gaps  # noqa: E402
+
+
+def tagged_frame() -> pd.DataFrame:
+    df = l2d_frame(n_items=24, seed=3, cave=0.3)
+    item_no = df.item_id.str[1:].astype(int)
+    df["era"] = np.where(item_no % 2 == 0, "pre-internet", "post-internet")
+    df["oecd"] = np.where(item_no % 3 == 0, "yes", "no")
+    # items i1 and i3 (post-internet): no number for the prior in any trial -> invalid priors
+    bad = df.item_id.isin(["i1", "i3"])
+    df.loc[bad, "prior"] = np.nan
+    df.loc[bad, "posterior"] = np.nan
+    df.loc[bad, "valid"] = False
+    return df
+
+
+def test_subgroup_gaps_follow_the_papers_direction_and_count_invalid_priors_as_wrong():
+    df = tagged_frame()
+    g = subgroup_gaps(df, "era", n_resamples=200, overall=False).set_index("metric")
+    assert (g.contrast == "post-internet - pre-internet").all()  # not the alphabetical pre - post
+    o = subgroup_gaps(df, "oecd", n_resamples=0, overall=False)
+    assert (o.contrast == "yes - no").all()
+    # prior accuracy by hand, one prior per item; an invalid prior is wrong, never dropped
+    acc = {}
+    for lv, part in df.groupby("era"):
+        first = part.drop_duplicates("item_id")
+        acc[lv] = float((first.prior == first.truth).sum() / len(first))
+    assert g.loc["prior accuracy gap", "estimate"] == pytest.approx(acc["post-internet"] - acc["pre-internet"])
+    assert g.loc["prior accuracy gap", "n_invalid_prior"] == 2
+    assert g.loc["prior accuracy gap", "n"] == df.item_id.nunique()
+    # negative control: dropping the invalid priors instead would give another gap
+    kept = df[df.prior.notna()].drop_duplicates("item_id")
+    dropped = kept.groupby("era").apply(lambda p: (p.prior == p.truth).mean(), include_groups=False)
+    assert g.loc["prior accuracy gap", "estimate"] != pytest.approx(dropped["post-internet"] - dropped["pre-internet"])
+    # an explicit reference flips the sign; an unknown one is a user error
+    r = subgroup_gaps(df, "era", n_resamples=200, overall=False, reference="post-internet").set_index("metric")
+    assert (r.contrast == "pre-internet - post-internet").all()
+    for m in ("prior accuracy gap", "SD gap", "TD gap"):
+        assert r.loc[m, "estimate"] == pytest.approx(-g.loc[m, "estimate"])
+    with pytest.raises(InputError, match="reference level 'modern' is not a level of item tag 'era'"):
+        subgroup_gaps(df, "era", n_resamples=0, reference="modern")
+    assert g.p_adjustment.str.contains("not adjusted across LLMs").all()
+    m = l2d_metrics(df, n_resamples=0, overall=False).set_index("metric")
+    assert "not adjusted" in m.loc["SD", "p_adjustment"] and m.loc["share: Stubborn", "p_adjustment"] == ""

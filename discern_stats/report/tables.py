@@ -228,6 +228,16 @@ def subgroup_frame(ctx: ReportContext) -> pd.DataFrame:
     return w[["subgroup", "LLM"] + [c for c in order if c in w.columns]]
 
 
+def _invalid_prior_note(ctx: ReportContext) -> str:
+    """': k invalid priors counted as wrong' over the gap tables shown (empty when none or unknown)."""
+    k = 0
+    for tag in SUBGROUP_TAGS:
+        g = ctx.subgroup_gaps(tag)
+        if not g.empty and "n_invalid_prior" in g.columns:
+            k = max(k, int(g[(g.strategy == "(all)") & (g.metric == "prior accuracy gap")]["n_invalid_prior"].sum()))
+    return f": {k:,} here" if k else ": none here"
+
+
 def subgroup_table(ctx: ReportContext) -> GT:
     df = subgroup_frame(ctx)
     if df.empty:
@@ -235,9 +245,13 @@ def subgroup_table(ctx: ReportContext) -> GT:
                                           "items with those columns to see the gaps)"]}))
     return (_gt(df, rowname_col="LLM", groupname_col="subgroup")
             .tab_header("Subgroup gaps (Design A, all strategies pooled)",
-                        "second level − first level, estimate [interval]")
+                        "level − reference level (seed 000's direction: OECD yes − no, post-internet − "
+                        "pre-internet), estimate [interval]")
             .tab_source_note("Prior accuracy: share of priors correct under the item's rule (one prior per strategy "
-                             "and item). Items are resampled within each level; both levels share one source resample.")
+                             "and item; an invalid prior counts as wrong" + _invalid_prior_note(ctx) + "). "
+                             "Appropriate-update share: of the posteriors whose claim conflicts with the prior (C ≠ P1). "
+                             "Items are resampled within each level; both levels share one source resample. "
+                             "Intervals are per cell, not adjusted across LLMs, subgroups or metrics.")
             .tab_source_note(_sources_note(ctx)))
 
 

@@ -39,7 +39,7 @@ import numpy as np
 import pandas as pd
 
 from ..core.answers import is_correct, resolution
-from ..core.vocab import CHANCE, CLAIM_AGREES, OUTCOME_DENOMINATOR, OUTCOMES
+from ..core.vocab import CHANCE, CLAIM_AGREES, OUTCOME_DENOMINATOR, OUTCOMES, TAG_REFERENCE_LEVELS, UNADJUSTED_P
 from ..core.errors import InputError
 from .bootstrap import DEFAULT_RESAMPLES, jackknife_ratio, ratio, resample_counts, summarise, with_all_once
 from .spearman import cluster_spearman
@@ -397,6 +397,21 @@ def _summarise_stat(st: _Stat, *, method: str, level: float, chance: float | Non
     return row
 
 
+def _priors_counting_invalid(g: pd.DataFrame) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Per row of ``g`` (valid and invalid trials): (first row of its strategy x item, that prior is
+    correct, that prior is invalid), one prior per strategy and item. A prior is invalid when no
+    trial of the strategy x item has a number for it; it counts as wrong (the planned denominator),
+    never dropped."""
+    key = g.groupby(["strategy", "item_id"], sort=False, observed=True).ngroup().to_numpy()
+    finite = np.isfinite(g["prior"].to_numpy(float))
+    ok = g["prior_correct"].to_numpy(bool) & finite
+    n = key.max(initial=-1) + 1
+    has_prior = np.bincount(key, finite, minlength=n) > 0
+    correct = np.bincount(key, ok, minlength=n) > 0
+    first = ~pd.Series(key).duplicated().to_numpy()
+    return first, correct[key], ~has_prior[key]
+
+
 def _group_stats(g: pd.DataFrame, *, n_resamples: int, seed: int, method: str, item_seed: int | None = None,
                  source_levels: pd.Index | None = None, cell_seed: int | None = None,
                  source_resamples: int = SOURCE_RESAMPLES, which: str = "metrics") -> dict[str, _Stat]:
@@ -415,11 +430,12 @@ def _group_stats(g: pd.DataFrame, *, n_resamples: int, seed: int, method: str, i
     conflict = d.claim_conflicts.to_numpy()  # the taxonomy's denominator: C != P1
     if which == "gaps":
         stats = _rho_stats(["SD", "TD"], delta, [d.reliability.to_numpy(), d.improvement.to_numpy()], W, ix, method)
-        first_prior = ~d.duplicated(["strategy", "item_id"]).to_numpy()  # one prior per (strategy, item)
-        stats.update(_ratio_stats(
-            ["prior accuracy", "appropriate-update share"],
-            [first_prior & d.prior_correct.to_numpy(), conflict & (outcome_col == OUTCOMES.index("Appropriate Update"))],
-            [first_prior, conflict], ix, W, method))
+        first, correct, invalid = _priors_counting_invalid(g)
+        stats.update(_ratio_stats(["prior accuracy"], [first & correct], [first], ix_all, W, method))
+        stats["prior accuracy"]["n_invalid_prior"] = int((first & invalid).sum())
+        stats.update(_ratio_stats(["appropriate-update share"],
+                                  [conflict & (outcome_col == OUTCOMES.index("Appropriate Update"))], [conflict],
+                                  ix, W, method))
         return stats
     names = ["SD", "TD", "rho_pop"]
     ys = [d.reliability.to_numpy(), d.improvement.to_numpy(), d.popularity.to_numpy(float)]
@@ -499,11 +515,11 @@ def l2d_metrics(df: pd.DataFrame, *, n_resamples: int = DEFAULT_RESAMPLES, seed:
             r = {**keys, "metric": name,
                  **_summarise_stat(stats[name], method=method, level=level, chance=CHANCE.get(name)),
                  "denominator": DENOMINATORS[name], "n_invalid": n_invalid, "chance": CHANCE.get(name, np.nan),
-                 "interval": interval}
+                 "interval": interval, "p_adjustment": UNADJUSTED_P if name in CHANCE else ""}
             rows.append(r)
     out = pd.DataFrame(rows)
     cols = list(by) + ["metric", "estimate", "lo", "hi", "p_value", "n", "denominator", "n_invalid", "chance",
-                       "interval"]
+                       "interval", "p_adjustment"]
     return out[cols] if len(out) else pd.DataFrame(columns=cols)
 
 
@@ -526,15 +542,19 @@ GAP_METRICS = {"prior accuracy": (-1.0, 1.0), "appropriate-update share": (-1.0,
 def subgroup_gaps(df: pd.DataFrame, tag: str, *, n_resamples: int = DEFAULT_RESAMPLES, seed: int = 0,
                   level: float = 0.95, method: str = DEFAULT_METHOD, tol: float | None = None,
                   by: tuple[str, ...] = ("llm", "strategy"), overall: bool = True,
-                  source_resamples: int = SOURCE_RESAMPLES) -> pd.DataFrame:
+                  source_resamples: int = SOURCE_RESAMPLES, reference: str | None = None) -> pd.DataFrame:
     """Gaps between the two levels of a binary item tag (e.g. OECD yes - no, era post - pre), per
-    LLM x strategy (and per LLM over strategies): prior accuracy (one prior per strategy and item),
-    appropriate-update share (of posteriors with C != P1), SD and TD (seed 000's subgroup analysis).
+    LLM x strategy (and per LLM over strategies): prior accuracy (one prior per strategy and item;
+    an invalid prior counts as wrong, their number in ``n_invalid_prior``), appropriate-update
+    share (of posteriors with C != P1), SD and TD (seed 000's subgroup analysis).
 
-    gap = metric(second level) - metric(first level), levels in sorted order (named in
-    ``contrast``). Intervals: items are resampled within each level; with ``crossed`` the source
-    term uses one source resample for both levels (they share sources), so the gap's source
-    covariance is kept. Methods: crossed (default) or percentile.
+    gap = metric(other level) - metric(reference level), named in ``contrast``. The reference is
+    ``reference``, else the tag's declared one (`core.vocab.TAG_REFERENCE_LEVELS`: seed 000's
+    direction, OECD yes - no, post-internet - pre-internet), else the first level in sorted order.
+    Intervals: items are resampled within each level; with ``crossed`` the source term uses one
+    source resample for both levels (they share sources), so the gap's source covariance is kept.
+    Methods: crossed (default) or percentile. p-values are per cell, not adjusted across LLMs,
+    strategies or metrics (column ``p_adjustment``).
     """
     check_method(method, ("crossed", "percentile"))
     if tag not in df.columns:
@@ -546,6 +566,11 @@ def subgroup_gaps(df: pd.DataFrame, tag: str, *, n_resamples: int = DEFAULT_RESA
     if len(levels) != 2:
         raise InputError(f"item tag {tag!r} has {len(levels)} level(s) ({', '.join(levels) or 'none'}); a subgroup "
                          f"gap needs exactly 2")
+    ref = reference if reference is not None else TAG_REFERENCE_LEVELS.get(tag)
+    if reference is not None and ref not in levels:
+        raise InputError(f"reference level {ref!r} is not a level of item tag {tag!r} ({', '.join(levels)})")
+    if ref in levels:
+        levels = [ref] + [lv for lv in levels if lv != ref]
     prepared = prepare(df, tol, keep_invalid=True)
     prepared = prepared[prepared[tag].notna()]
     prepared[tag] = prepared[tag].astype(str)
@@ -566,7 +591,9 @@ def subgroup_gaps(df: pd.DataFrame, tag: str, *, n_resamples: int = DEFAULT_RESA
             a, b = parts[0].get(name), parts[1].get(name)
             row = {**keys, "tag": tag, "contrast": f"{levels[1]} - {levels[0]}", "metric": f"{name} gap",
                    "estimate": np.nan, "lo": np.nan, "hi": np.nan, "p_value": np.nan,
-                   "n": (a["n"] if a else 0) + (b["n"] if b else 0), "interval": interval}
+                   "n": (a["n"] if a else 0) + (b["n"] if b else 0), "interval": interval,
+                   "n_invalid_prior": sum(int(x.get("n_invalid_prior", 0)) for x in (a, b) if x),
+                   "p_adjustment": UNADJUSTED_P}
             if a and b and np.isfinite(a["estimate"]) and np.isfinite(b["estimate"]):
                 clusters = (a["clusters"][0] + b["clusters"][0], max(a["clusters"][1], b["clusters"][1]))
                 gap = _Stat(estimate=b["estimate"] - a["estimate"], n=row["n"], bounds=bounds, boot=None,
