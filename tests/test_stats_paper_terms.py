@@ -269,3 +269,17 @@ def test_subgroup_gaps_follow_the_papers_direction_and_count_invalid_priors_as_w
     assert g.p_adjustment.str.contains("not adjusted across LLMs").all()
     m = l2d_metrics(df, n_resamples=0, overall=False).set_index("metric")
     assert "not adjusted" in m.loc["SD", "p_adjustment"] and m.loc["share: Stubborn", "p_adjustment"] == ""
+
+
+def test_two_way_fit_on_cells_equals_the_fit_on_rows():
+    from discern_stats.stats.crossed import CrossedIndex, _remove_item_levels_rows, remove_item_levels
+    rng = np.random.default_rng(9)
+    item = rng.integers(0, 40, 3000)
+    source = rng.integers(0, 25, 3000)
+    ix = CrossedIndex.build(item, source, 0, 0)
+    v = rng.normal(size=3000) + rng.normal(size=40)[ix.item] + rng.normal(size=25)[ix.source]
+    w = rng.uniform(0.5, 2.0, 3000)
+    want = _remove_item_levels_rows(v, ix.item, ix.source, w)
+    assert np.allclose(remove_item_levels(v, ix.item, ix.source, w, cell=ix.cell), want, atol=1e-10, rtol=0)
+    assert np.allclose(remove_item_levels(v, ix.item, ix.source, w), want, atol=1e-10, rtol=0)
+    assert not np.allclose(want, v)  # negative control: the fit removes something

@@ -93,15 +93,53 @@ class CrossedIndex:
 
 
 def remove_item_levels(values: np.ndarray, item: np.ndarray, source: np.ndarray, weights: np.ndarray | None = None,
-                       iterations: int = 100, tol: float = 1e-12) -> np.ndarray:
+                       iterations: int = 100, tol: float = 1e-12, cell: np.ndarray | None = None) -> np.ndarray:
     """values - weights * alpha_item, where alpha comes from the two-way additive fit
     values ~ weights * (alpha_item + beta_source) (weighted least squares, by alternating
     projections: Gauss-Seidel over the two factors, as in two-way fixed-effects regressions),
     normalised so that the removed part sums to 0.
 
+    The normal equations need only the per-(item, source) cell sums A_c = sum w v and
+    Q_c = sum w^2: alpha_i = sum_{c in i} (A_c - Q_c beta_j(c)) / sum_{c in i} Q_c and likewise for
+    beta, so the iterations run over the cells (``cell``: codes of the rows' cells; derived when not
+    given), not the rows: the same iterates, about 5x less work for 5 factors per cell.
+
     Removing each item's raw mean instead would also remove the mean effect of that item's own
     sources (six per item), and with it part of the source signal the source term must keep.
     """
+    w = np.ones(len(values)) if weights is None else np.asarray(weights, float)
+    n_i, n_s = int(item.max(initial=-1)) + 1, int(source.max(initial=-1)) + 1
+    if cell is None:
+        cell = pd.factorize(item.astype(np.int64) * (n_s + 1) + source)[0]
+    n_c = int(cell.max(initial=-1)) + 1
+    c_item = np.zeros(n_c, np.int64)
+    c_source = np.zeros(n_c, np.int64)
+    c_item[cell], c_source[cell] = item, source
+    A = np.bincount(cell, w * values, minlength=n_c)
+    Q = np.bincount(cell, w * w, minlength=n_c)
+    wi = np.bincount(c_item, Q, minlength=n_i)
+    ws = np.bincount(c_source, Q, minlength=n_s)
+    wi_safe, ws_safe = np.where(wi > 0, wi, 1.0), np.where(ws > 0, ws, 1.0)
+    alpha, beta = np.zeros(n_i), np.zeros(n_s)
+    for _ in range(iterations):
+        new_alpha = np.where(wi > 0, np.bincount(c_item, A - Q * beta[c_source], minlength=n_i) / wi_safe, 0.0)
+        beta = np.where(ws > 0, np.bincount(c_source, A - Q * new_alpha[c_item], minlength=n_s) / ws_safe, 0.0)
+        done = np.max(np.abs(new_alpha - alpha), initial=0.0) <= tol * max(1.0, np.max(np.abs(new_alpha), initial=0.0))
+        alpha = new_alpha
+        if done:
+            break
+    # alpha + c, beta - c fit as well: take the c with sum_r w_r alpha_item(r) = 0, so the adjusted
+    # values keep the sum of the values (0 for linear terms)
+    w_item = np.bincount(item, w, minlength=n_i)
+    if w_item.sum() != 0:
+        alpha = alpha - (w_item @ alpha) / w_item.sum()
+    return values - w * alpha[item]
+
+
+def _remove_item_levels_rows(values: np.ndarray, item: np.ndarray, source: np.ndarray,
+                             weights: np.ndarray | None = None, iterations: int = 100, tol: float = 1e-12
+                             ) -> np.ndarray:
+    """The same fit iterated over the rows (the reference the cell version is tested against)."""
     w = np.ones(len(values)) if weights is None else np.asarray(weights, float)
     n_i, n_s = int(item.max(initial=-1)) + 1, int(source.max(initial=-1)) + 1
     wi = np.bincount(item, w * w, minlength=n_i)
@@ -117,8 +155,6 @@ def remove_item_levels(values: np.ndarray, item: np.ndarray, source: np.ndarray,
             alpha = new_alpha
             if done:
                 break
-    # alpha + c, beta - c fit as well: take the c with sum_r w_r alpha_item(r) = 0, so the adjusted
-    # values keep the sum of the values (0 for linear terms)
     w_item = np.bincount(item, w, minlength=n_i)
     if w_item.sum() != 0:
         alpha = alpha - (w_item @ alpha) / w_item.sum()
@@ -135,13 +171,28 @@ def ratio_source_replicates(num: np.ndarray, den: np.ndarray, ix: CrossedIndex, 
     (Hajek projection: a change at one member changes each of its pairs), members * (num - theta den) / sum(den).
     Pairs lie within one item, so their item levels cancel and the terms are not adjusted.
     """
+    rs, rc = ratio_source_replicates_many([num], [den], ix, [members])
+    return rs[:, 0], rc[:, 0]
+
+
+def ratio_linear_terms(num: np.ndarray, den: np.ndarray, ix: CrossedIndex, members: int = 1) -> np.ndarray:
+    """Per-row linear terms of sum(num) / sum(den) for the source term (see `ratio_source_replicates`)."""
     total = den.sum()
     theta = num.sum() / total
     psi = members * (num - theta * den) / total
     if members == 1:
-        psi = remove_item_levels(psi, ix.item, ix.source, den / total)
-    return (ix.W_source @ np.bincount(ix.source, psi, minlength=ix.n_sources),
-            ix.W_cells @ np.bincount(ix.cell, psi, minlength=ix.n_cells))
+        psi = remove_item_levels(psi, ix.item, ix.source, den / total, cell=ix.cell)
+    return psi
+
+
+def ratio_source_replicates_many(nums: list[np.ndarray], dens: list[np.ndarray], ix: CrossedIndex,
+                                 members: list[int]) -> tuple[np.ndarray, np.ndarray]:
+    """(rep_source, rep_cell), B_s x m, of m ratios at once: their linear terms summed per source and
+    per cell, then one product with each resample matrix (W_source, W_cells are read once, not m times)."""
+    psi = [ratio_linear_terms(np.asarray(n, float), np.asarray(d, float), ix, k) for n, d, k in zip(nums, dens, members)]
+    by_source = np.column_stack([np.bincount(ix.source, p, minlength=ix.n_sources) for p in psi])
+    by_cell = np.column_stack([np.bincount(ix.cell, p, minlength=ix.n_cells) for p in psi])
+    return ix.W_source @ by_source, ix.W_cells @ by_cell
 
 
 def spearman_source_replicates(x: np.ndarray, ys: list[np.ndarray], ix: CrossedIndex) -> tuple[np.ndarray, np.ndarray]:
@@ -149,7 +200,7 @@ def spearman_source_replicates(x: np.ndarray, ys: list[np.ndarray], ix: CrossedI
     item levels (`remove_item_levels`), with sources resampled and with cells resampled, rescaled by
     sd(adjusted rank) / sd(rank) to the scale of rho(x, y)."""
     r = sps.rankdata(x)
-    rc = remove_item_levels(r - r.mean(), ix.item, ix.source)
+    rc = remove_item_levels(r - r.mean(), ix.item, ix.source, cell=ix.cell)
     scale = np.sqrt(rc.var() / r.var()) if r.var() > 0 else 0.0
     return (cluster_spearman(rc, ys, ix.source, ix.W_source) * scale,
             cluster_spearman(rc, ys, ix.cell, ix.W_cells) * scale)

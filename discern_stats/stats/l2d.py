@@ -43,8 +43,8 @@ from ..core.vocab import CHANCE, CLAIM_AGREES, OUTCOME_DENOMINATOR, OUTCOMES, TA
 from ..core.errors import InputError
 from .bootstrap import DEFAULT_RESAMPLES, jackknife_ratio, ratio, resample_counts, summarise, with_all_once
 from .spearman import cluster_spearman
-from .crossed import (SOURCE_RESAMPLES, CrossedIndex, crossed_interval, crossed_se_interval, ratio_source_replicates,
-                      spearman_source_replicates)
+from .crossed import (SOURCE_RESAMPLES, CrossedIndex, crossed_interval, crossed_se_interval,
+                      ratio_source_replicates_many, spearman_source_replicates)
 
 METHODS = {"crossed": "crossed items x sources (item-cluster bootstrap + source term net of item levels, "
                       "Cameron-Gelbach-Miller two-way variance), normal",
@@ -352,15 +352,16 @@ def _ratio_stats(names: list[str], nums: list[np.ndarray], dens: list[np.ndarray
     jack = jackknife_ratio(cn, cd) if W is not None and method == "bca" else None
     out = {}
     for c, name in enumerate(names):
-        st = _Stat(estimate=float(tn[c] / td[c]) if td[c] else np.nan, n=int(round(td[c])), bounds=(0.0, 1.0),
-                   boot=None if boot is None or not td[c] else boot[:, c], jack=None if jack is None else jack[:, c],
-                   clusters=_clusters(ix, dens[c]), proportion=True)
-        if st["boot"] is not None and method == "crossed":
-            own = source_terms[c] if source_terms is not None else None
-            sn, sd, members = own if own is not None else (nums[c], dens[c], 1)
-            st["rep_source"], st["rep_cell"] = ratio_source_replicates(np.asarray(sn, float), np.asarray(sd, float), ix,
-                                                                       members)
-        out[name] = st
+        out[name] = _Stat(estimate=float(tn[c] / td[c]) if td[c] else np.nan, n=int(round(td[c])), bounds=(0.0, 1.0),
+                          boot=None if boot is None or not td[c] else boot[:, c],
+                          jack=None if jack is None else jack[:, c], clusters=_clusters(ix, dens[c]), proportion=True)
+    live = [c for c, name in enumerate(names) if out[name]["boot"] is not None]
+    if method == "crossed" and live:  # the source terms of all the ratios from one product per resample matrix
+        terms = [(source_terms[c] if source_terms is not None and source_terms[c] is not None
+                  else (nums[c], dens[c], 1)) for c in live]
+        rs, rc = ratio_source_replicates_many([t[0] for t in terms], [t[1] for t in terms], ix, [t[2] for t in terms])
+        for k, c in enumerate(live):
+            out[names[c]]["rep_source"], out[names[c]]["rep_cell"] = rs[:, k], rc[:, k]
     return out
 
 
