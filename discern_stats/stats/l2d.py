@@ -47,7 +47,7 @@ from .crossed import (SOURCE_RESAMPLES, CrossedIndex, crossed_interval, crossed_
                       ratio_source_replicates_many, spearman_source_replicates)
 
 METHODS = {"crossed": "crossed items x sources (item-cluster bootstrap + source term net of item levels, "
-                      "Cameron-Gelbach-Miller two-way variance), normal",
+                      "Cameron-Gelbach-Miller two-way variance), small-cluster t",
            "percentile": "percentile item-cluster bootstrap (items only)",
            "bca": "BCa item-cluster bootstrap (items only)"}
 DENOMINATORS = {
@@ -61,6 +61,28 @@ DENOMINATORS = {
     **{f"share: {o}": OUTCOME_DENOMINATOR for o in OUTCOMES},
 }
 DEFAULT_METHOD = "crossed"
+# the smallest source pool at which the crossed intervals (with the small-cluster correction) were
+# shown to cover 93-97 % (benchmarks/coverage_crossed_sources.py, BENCHMARKS.md); fewer sources: a warning
+MIN_SOURCES_SHOWN = 60
+
+
+class SmallSourcePoolWarning(UserWarning):
+    """Fewer sources than the smallest pool at which the crossed intervals were shown to cover."""
+
+
+def _warn_small_pool(groups: list[tuple[dict, pd.DataFrame]], method: str, n_resamples: int) -> str:
+    """Warn (and return a note for the ``interval`` column) when a group has fewer sources than
+    `MIN_SOURCES_SHOWN`; empty string otherwise."""
+    if method != "crossed" or not n_resamples or not groups:
+        return ""
+    fewest = min(int(g["source"].nunique()) for _, g in groups)
+    if fewest >= MIN_SOURCES_SHOWN:
+        return ""
+    import warnings
+    note = (f"{fewest} sources: below the {MIN_SOURCES_SHOWN} at which these intervals were shown to cover 93-97 %; "
+            f"with 20 sources some cover 0.90-0.93 (BENCHMARKS.md)")
+    warnings.warn(f"Design A intervals rest on {note}", SmallSourcePoolWarning, stacklevel=3)
+    return note
 
 
 def check_method(method: str, allowed: tuple[str, ...] = tuple(METHODS)) -> str:
@@ -504,6 +526,8 @@ def l2d_metrics(df: pd.DataFrame, *, n_resamples: int = DEFAULT_RESAMPLES, seed:
     else:
         group_stats = [cell(g) for g in groups]
     interval = _interval_label(method, level, n_resamples, source_resamples)
+    small = _warn_small_pool(groups, method, n_resamples)
+    interval += f"; {small}" if small else ""
     order = (["SD", "TD", "rho_pop", "rel_propensity", "truth_propensity", "CD", "prior_accuracy", "rho_rhat_R",
               "rho_delta_rhat"]
              + [f"share: {o}" for o in OUTCOMES] + ["share: " + CLAIM_AGREES, "share: Invalid", "share: Invalid (lenient)"])
@@ -527,7 +551,8 @@ def l2d_metrics(df: pd.DataFrame, *, n_resamples: int = DEFAULT_RESAMPLES, seed:
 def _interval_label(method: str, level: float, n_resamples: int, source_resamples: int) -> str:
     if not n_resamples:
         return "no interval (0 resamples)"
-    extra = f" (+ {source_resamples:,} source and {source_resamples:,} cell resamples)" if method == "crossed" else ""
+    extra = (f" (+ {source_resamples:,} source and {source_resamples:,} cell resamples; Student t with "
+             f"Satterthwaite degrees of freedom, few-cluster correction)") if method == "crossed" else ""
     return f"{level:.0%} {METHODS[method]}; {n_resamples:,} item resamples{extra}"
 
 
@@ -580,6 +605,8 @@ def subgroup_gaps(df: pd.DataFrame, tag: str, *, n_resamples: int = DEFAULT_RESA
         groups += [({"llm": llm, "strategy": "(all)"}, g) for llm, g in prepared.groupby("llm", sort=True)]
     rows = []
     interval = _interval_label(method, level, n_resamples, source_resamples)
+    small = _warn_small_pool(groups, method, n_resamples)
+    interval += f"; {small}" if small else ""
     for keys, g in groups:
         src_levels = pd.Index(sorted(g["source"].unique()))
         parts = []
