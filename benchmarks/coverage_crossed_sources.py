@@ -15,7 +15,8 @@ Source-effect settings: u_j ~ N(0, SD) for SD 0, 0.5, 1.5 independent of R, and 
 with reliability (u_j = 1.5 (0.6 z_j + 0.8 e_j), z_j the standardised R_j: part of SD's signal then
 comes from the source effects). The truths (SD, TD, rho(Delta, popularity), both propensities) are
 the statistics of ``--truth-items`` items on a pool of ``--truth-pool`` sources (mean of 6 such
-draws; their spread is printed), i.e. the superpopulation values over items and sources.
+draws per run, of all runs' draws when several result files are summarised together; their
+spread is printed), i.e. the superpopulation values over items and sources.
 
 For each data set the script keeps the package's estimate and variance components (item-bootstrap
 variance, source term) of every metric (`stats.l2d._group_stats`, `stats.crossed.source_variance`),
@@ -24,7 +25,7 @@ default), and the small-cluster correction (the new default). Coverage: share of
 interval holds the truth; its Monte Carlo SE sqrt(c (1 - c) / sets) beside it.
 
     python benchmarks/coverage_crossed_sources.py --pools 20,60,132 --sets 300 --out /tmp/cov.npz
-    python benchmarks/coverage_crossed_sources.py --summarise /tmp/cov.npz
+    python benchmarks/coverage_crossed_sources.py --summarise /tmp/cov20.npz,/tmp/cov60.npz,/tmp/cov132.npz
 """
 
 from __future__ import annotations
@@ -118,12 +119,17 @@ def run(args: argparse.Namespace) -> None:
     summarise(args.out)
 
 
-def summarise(path: str, level: float = 0.95) -> None:
+def summarise(paths: str, level: float = 0.95) -> None:
+    """The coverage table of one or more result files (comma-separated); the truths are the mean of
+    every truth draw in all of them."""
     from discern_stats.stats.crossed import crossed_se_interval
-    z = np.load(path)
+    files = [np.load(p) for p in paths.split(",")]
+    z = {k: f[k] for f in files for k in f.files if k.startswith("sets|")}
+    for name in SETTINGS:
+        z[f"truth|{name}"] = np.vstack([f[f"truth|{name}"] for f in files if f"truth|{name}" in f.files])
     print(f"| source-effect SD | pool | interval | {' | '.join(METRICS)} | SE ratio (mean est. SE / SD of estimates) |")
     print("|---|---|---|" + "---|" * len(METRICS) + "---|")
-    for key in [k for k in z.files if k.startswith("sets|")]:
+    for key in [k for k in z if k.startswith("sets|")]:
         _, name, G = key.split("|")
         sets = z[key]
         truth = z[f"truth|{name}"].mean(axis=0)
@@ -144,7 +150,7 @@ def summarise(path: str, level: float = 0.95) -> None:
             print(f"| {name} | {G} | {label} | {' | '.join(cov)} | {min(ratio):.2f}-{max(ratio):.2f} |")
         n = len(sets)
         print(f"|  |  | (Monte Carlo SE at 0.95: {np.sqrt(0.95 * 0.05 / n):.3f}; {n} sets) |" + " |" * len(METRICS))
-    for key in [k for k in z.files if k.startswith("truth|")]:
+    for key in [k for k in z if k.startswith("truth|")]:
         tv = z[key]
         print(f"truth {key[6:]}: " + ", ".join(f"{m} {tv[:, k].mean():.4f} (+-{tv[:, k].std(ddof=1):.4f})"
                                                for k, m in enumerate(METRICS)))
