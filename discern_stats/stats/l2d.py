@@ -80,7 +80,7 @@ def _warn_small_pool(groups: list[tuple[dict, pd.DataFrame]], method: str, n_res
         return ""
     import warnings
     note = (f"{fewest} sources: below the {MIN_SOURCES_SHOWN} at which these intervals were shown to cover 93-97 %; "
-            f"with 20 sources some cover 0.90-0.93 (BENCHMARKS.md)")
+            f"with 20 sources the worst cover 0.92 (BENCHMARKS.md)")
     warnings.warn(f"Design A intervals rest on {note}", SmallSourcePoolWarning, stacklevel=3)
     return note
 
@@ -261,7 +261,9 @@ def propensity(d: pd.DataFrame, by: str) -> float:
 class _Stat(dict):
     """One metric of one group before summarising: estimate, item-bootstrap values ``boot``
     (None without resamples), jackknife ``jack`` (BCa), source-term replicates ``rep_source`` and
-    ``rep_cell`` (crossed), ``n``, ``bounds`` of the statistic, ``chance`` (None: no test)."""
+    ``rep_cell`` (crossed), ``n``, ``bounds`` of the statistic, ``chance`` (None: no test),
+    ``clusters`` (items, sources with rows: the small-cluster correction's G) and ``proportion``
+    (a statistic in [0, 1]: Wilson interval at the clustered effective size)."""
 
 
 def _finite_row_groups(x: np.ndarray, ys: list[np.ndarray]) -> list[tuple[np.ndarray, list[int]]]:
