@@ -283,3 +283,19 @@ def test_two_way_fit_on_cells_equals_the_fit_on_rows():
     assert np.allclose(remove_item_levels(v, ix.item, ix.source, w, cell=ix.cell), want, atol=1e-10, rtol=0)
     assert np.allclose(remove_item_levels(v, ix.item, ix.source, w), want, atol=1e-10, rtol=0)
     assert not np.allclose(want, v)  # negative control: the fit removes something
+
+
+def test_uniform_counts_have_the_multinomial_law():
+    from scipy import stats as sps
+    from discern_stats.stats.crossed import uniform_counts
+    W = uniform_counts(40, 20000, 5)
+    assert (W.sum(axis=1) == 40).all() and not W.flags.writeable
+    assert uniform_counts(40, 20000, 5) is W  # cached
+    # one cell's count is Binomial(40, 1/40): chi-square goodness of fit against scipy
+    obs = np.bincount(W[:, 7].astype(int), minlength=6)[:6]
+    exp = sps.binom.pmf(np.arange(6), 40, 1 / 40) * len(W)
+    obs = np.r_[obs[:5], len(W) - obs[:5].sum()]
+    exp = np.r_[exp[:5], len(W) - exp[:5].sum()]
+    assert sps.chisquare(obs, exp).pvalue > 1e-4
+    # two cells are negatively correlated, -1/(n - 1) as in a multinomial
+    assert np.corrcoef(W[:, 0], W[:, 1])[0, 1] == pytest.approx(-1 / 39, abs=0.02)

@@ -48,11 +48,33 @@ import numpy as np
 import pandas as pd
 from scipy import stats as sps
 
-from .bootstrap import resample_counts
+from .bootstrap import resample_counts  # noqa: F401 (kept importable here)
+from .ranks import remember
 from .spearman import cluster_spearman
 
 SOURCE_SEED_OFFSET, CELL_SEED_OFFSET = 7919, 104729  # the source and cell resamples get seeds of their own
 SOURCE_RESAMPLES = 1000
+
+
+def uniform_counts(n_clusters: int, n_resamples: int, seed: int) -> np.ndarray:
+    """(B x n) counts of n draws with replacement from n clusters, one row per resample: the same law
+    as `bootstrap.resample_counts` (multinomial, equal probabilities), drawn as B x n uniform
+    cluster indices counted per row (one vectorised bincount: about 10x faster than numpy's
+    multinomial for the thousands of cells of the source term). Read-only, kept in a small cache."""
+    key = ("uniform", int(n_clusters), int(n_resamples), int(seed))
+    W = _UNIFORM_CACHE.get(key)
+    if W is None:
+        rng = np.random.default_rng(seed)
+        idx = rng.integers(0, n_clusters, size=(n_resamples, n_clusters))
+        idx += (np.arange(n_resamples) * n_clusters)[:, None]
+        W = np.bincount(idx.ravel(), minlength=n_resamples * n_clusters).reshape(n_resamples, n_clusters)
+        W = W.astype(np.float64)
+        W.flags.writeable = False
+        remember(_UNIFORM_CACHE, key, W)
+    return W
+
+
+_UNIFORM_CACHE: dict[tuple, np.ndarray] = {}
 
 
 @dataclass
@@ -83,8 +105,8 @@ class CrossedIndex:
         cell, cell_keys = pd.factorize(item.astype(np.int64) * (len(source_levels) + 1) + source, sort=True)
         Ws = Wc = None
         if source_resamples:
-            Ws = resample_counts(len(source_levels), source_resamples, seed + SOURCE_SEED_OFFSET)
-            Wc = resample_counts(len(cell_keys), source_resamples,
+            Ws = uniform_counts(len(source_levels), source_resamples, seed + SOURCE_SEED_OFFSET)
+            Wc = uniform_counts(len(cell_keys), source_resamples,
                                  (seed if cell_seed is None else cell_seed) + CELL_SEED_OFFSET)
         return cls(item.astype(np.int64), source.astype(np.int64), cell.astype(np.int64), len(item_levels),
                    len(source_levels), len(cell_keys), Ws, Wc)
