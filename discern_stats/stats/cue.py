@@ -226,7 +226,9 @@ ENDPOINTS = CONTRAST_ENDPOINTS
 
 def abs_contrast_p_value(est1: float, est0: float, boot1: np.ndarray, boot0: np.ndarray) -> float:
     """Two-sided p-value of H0: |theta_1| = |theta_0| from paired bootstrap values of the signed
-    effects: a Wald test of the bias-corrected difference of squares.
+    effects: a Wald test of the bias-corrected difference of squares. No longer what the contrast
+    table prints (that is `abs_contrast_test`, more powerful where one arm is 0 and with an interval
+    that agrees with it); kept as the comparison of benchmarks/size_power_abs_order.py.
 
     H0 is composite: it holds at every common size c = |theta_1| = |theta_0|, and the law of
     |theta_hat_1| - |theta_hat_0| depends on c (near c = 0 it is a difference of folded normals,
