@@ -299,25 +299,26 @@ def crossed_se_interval(estimate: float, v_item: float, v_source: float, *, leve
         df = small_cluster_df(v_item, v_source, n_items, n_sources)
     se = float(np.sqrt(v_item + v_source))
     law = sps.norm if not np.isfinite(df) else sps.t(df)
-    q = float(law.ppf(0.5 + level / 2))
-    p = np.nan
     if proportion is not None:
-        n, clusters = proportion
-        if 0 < estimate < 1 and se > 0:
-            n_eff = min(float(n), estimate * (1 - estimate) / se ** 2)
-        else:
-            n_eff = float(min(n, clusters))
-        n_eff = max(n_eff, 1.0)
-        lo, hi = wilson(estimate, n_eff, q)
-        if chance is not None:
-            p = float(2 * law.sf(abs(estimate - chance) / np.sqrt(chance * (1 - chance) / n_eff)))
-        return {"lo": float(lo), "hi": float(hi), "p_value": p, "se": se, "df": df, "n_eff": n_eff}
+        return {**_score_interval(estimate, se, proportion, law, level, chance), "se": se, "df": df}
+    q = float(law.ppf(0.5 + level / 2))
     lo, hi = max(bounds[0], estimate - q * se), min(bounds[1], estimate + q * se)
-    if chance is not None and se > 0:
-        p = float(2 * law.sf(abs(estimate - chance) / se))
-    elif chance is not None:
-        p = 1.0 if estimate == chance else p_floor
+    p = np.nan
+    if chance is not None:
+        p = float(2 * law.sf(abs(estimate - chance) / se)) if se > 0 else (1.0 if estimate == chance else p_floor)
     return {"lo": float(lo), "hi": float(hi), "p_value": p, "se": se, "df": df}
+
+
+def _score_interval(estimate: float, se: float, proportion: tuple[int, int], law, level: float,  # noqa: ANN001
+                    chance: float | None) -> dict:
+    """Wilson interval and score-test p-value of a proportion at the clustered effective size
+    (see `crossed_se_interval`); ``law`` gives the quantile and tail (normal or Student t)."""
+    n, clusters = proportion
+    inside = 0 < estimate < 1 and se > 0
+    n_eff = max(min(float(n), estimate * (1 - estimate) / se ** 2) if inside else float(min(n, clusters)), 1.0)
+    lo, hi = wilson(estimate, n_eff, float(law.ppf(0.5 + level / 2)))
+    p = np.nan if chance is None else float(2 * law.sf(abs(estimate - chance) / np.sqrt(chance * (1 - chance) / n_eff)))
+    return {"lo": float(lo), "hi": float(hi), "p_value": p, "n_eff": n_eff}
 
 
 def crossed_interval(estimate: float, boot_item: np.ndarray, rep_source: np.ndarray, rep_cell: np.ndarray, *,

@@ -301,22 +301,25 @@ def abs_contrast_test(est1: float, est0: float, boot1: np.ndarray, boot0: np.nda
     from .bootstrap import boot_p_value
     alpha = 1 - level
     p = max(boot_p_value(b1 - b0), boot_p_value(b1 + b0))
-    (dl, dh), (sl, sh) = percentile_inversion_interval(b1 - b0, alpha), percentile_inversion_interval(b1 + b0, alpha)
-    cand_d, cand_s = [dl, dh], [sl, sh]
-    pts = [(d, s) for d in cand_d for s in cand_s]
-    for d in cand_d:  # edges at fixed d: s = 0, d, -d
-        pts += [(d, s) for s in (0.0, d, -d) if sl <= s <= sh]
-    for s in cand_s:  # edges at fixed s: d = 0, s, -s
-        pts += [(d, s) for d in (0.0, s, -s) if dl <= d <= dh]
+    lo, hi = _abs_difference_range(percentile_inversion_interval(b1 - b0, alpha),
+                                   percentile_inversion_interval(b1 + b0, alpha))
+    return {"estimate": float(est), "lo": lo, "hi": hi, "p_value": float(p)}
+
+
+def _abs_difference_range(d_iv: tuple[float, float], s_iv: tuple[float, float]) -> tuple[float, float]:
+    """min and max of sign(d s) min(|d|, |s|) over d in ``d_iv``, s in ``s_iv``: the function is
+    linear between the lines d = 0, s = 0, d = s, d = -s, so its extremes lie at the rectangle's
+    corners, where an edge crosses one of those lines, or at the origin. Unbounded: the whole line."""
+    (dl, dh), (sl, sh) = d_iv, s_iv
+    if not (np.isfinite(dl) and np.isfinite(sl)):
+        return -np.inf, np.inf
+    pts = [(d, s) for d in (dl, dh) for s in (sl, sh)]
+    pts += [(d, s) for d in (dl, dh) for s in (0.0, d, -d) if sl <= s <= sh]  # edges at fixed d
+    pts += [(d, s) for s in (sl, sh) for d in (0.0, s, -s) if dl <= d <= dh]  # edges at fixed s
     if dl <= 0 <= dh and sl <= 0 <= sh:
         pts.append((0.0, 0.0))
-    with np.errstate(invalid="ignore"):
-        vals = _abs_difference(np.array([q[0] for q in pts]), np.array([q[1] for q in pts]))
-    vals = vals[~np.isnan(vals)]  # inf * 0 at an unbounded corner
-    lo, hi = (float(vals.min()), float(vals.max())) if vals.size else (-np.inf, np.inf)
-    if not np.isfinite(dl) or not np.isfinite(sl):
-        lo, hi = -np.inf, np.inf
-    return {"estimate": float(est), "lo": lo, "hi": hi, "p_value": float(p)}
+    vals = _abs_difference(np.array([q[0] for q in pts]), np.array([q[1] for q in pts]))
+    return float(vals.min()), float(vals.max())
 
 
 def intervention_contrasts(df: pd.DataFrame, *, contrasts=CONTRASTS, endpoints=("swap", "abs_text_order"),  # noqa: ANN001

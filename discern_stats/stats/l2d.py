@@ -379,14 +379,23 @@ def _ratio_stats(names: list[str], nums: list[np.ndarray], dens: list[np.ndarray
         out[name] = _Stat(estimate=float(tn[c] / td[c]) if td[c] else np.nan, n=int(round(td[c])), bounds=(0.0, 1.0),
                           boot=None if boot is None or not td[c] else boot[:, c],
                           jack=None if jack is None else jack[:, c], clusters=_clusters(ix, dens[c]), proportion=True)
-    live = [c for c, name in enumerate(names) if out[name]["boot"] is not None]
-    if method == "crossed" and live:  # the source terms of all the ratios from one product per resample matrix
-        terms = [(source_terms[c] if source_terms is not None and source_terms[c] is not None
-                  else (nums[c], dens[c], 1)) for c in live]
-        rs, rc = ratio_source_replicates_many([t[0] for t in terms], [t[1] for t in terms], ix, [t[2] for t in terms])
-        for k, c in enumerate(live):
-            out[names[c]]["rep_source"], out[names[c]]["rep_cell"] = rs[:, k], rc[:, k]
+    if method == "crossed":
+        _add_ratio_source_terms(out, names, nums, dens, ix, source_terms)
     return out
+
+
+def _add_ratio_source_terms(out: dict[str, _Stat], names: list[str], nums: list[np.ndarray], dens: list[np.ndarray],
+                            ix: CrossedIndex, source_terms: list | None) -> None:
+    """rep_source and rep_cell of every resampled ratio in ``out``, all from one product per resample
+    matrix (`crossed.ratio_source_replicates_many`); ``source_terms[k]``: (num, den, members) of ratio k."""
+    live = [c for c, name in enumerate(names) if out[name]["boot"] is not None]
+    if not live:
+        return
+    own = source_terms or [None] * len(names)
+    terms = [own[c] if own[c] is not None else (nums[c], dens[c], 1) for c in live]
+    rs, rc = ratio_source_replicates_many([t[0] for t in terms], [t[1] for t in terms], ix, [t[2] for t in terms])
+    for k, c in enumerate(live):
+        out[names[c]]["rep_source"], out[names[c]]["rep_cell"] = rs[:, k], rc[:, k]
 
 
 def _summarise_stat(st: _Stat, *, method: str, level: float, chance: float | None) -> dict:
@@ -590,15 +599,7 @@ def subgroup_gaps(df: pd.DataFrame, tag: str, *, n_resamples: int = DEFAULT_RESA
         tags = [c for c in df.columns if c not in L2D_COLUMNS and c not in L2D_OPTIONAL]
         raise InputError(f"unknown item tag {tag!r}; the trial table's tag columns are: "
                          f"{', '.join(tags) if tags else '(none)'}")
-    levels = sorted(df[tag].dropna().astype(str).unique())
-    if len(levels) != 2:
-        raise InputError(f"item tag {tag!r} has {len(levels)} level(s) ({', '.join(levels) or 'none'}); a subgroup "
-                         f"gap needs exactly 2")
-    ref = reference if reference is not None else TAG_REFERENCE_LEVELS.get(tag)
-    if reference is not None and ref not in levels:
-        raise InputError(f"reference level {ref!r} is not a level of item tag {tag!r} ({', '.join(levels)})")
-    if ref in levels:
-        levels = [ref] + [lv for lv in levels if lv != ref]
+    levels = _gap_levels(df, tag, reference)
     prepared = prepare(df, tol, keep_invalid=True)
     prepared = prepared[prepared[tag].notna()]
     prepared[tag] = prepared[tag].astype(str)
@@ -624,15 +625,35 @@ def subgroup_gaps(df: pd.DataFrame, tag: str, *, n_resamples: int = DEFAULT_RESA
                    "n": (a["n"] if a else 0) + (b["n"] if b else 0), "interval": interval,
                    "n_invalid_prior": sum(int(x.get("n_invalid_prior", 0)) for x in (a, b) if x),
                    "p_adjustment": UNADJUSTED_P}
-            if a and b and np.isfinite(a["estimate"]) and np.isfinite(b["estimate"]):
-                clusters = (a["clusters"][0] + b["clusters"][0], max(a["clusters"][1], b["clusters"][1]))
-                gap = _Stat(estimate=b["estimate"] - a["estimate"], n=row["n"], bounds=bounds, boot=None,
-                            clusters=clusters)
-                if a.get("boot") is not None and b.get("boot") is not None:
-                    gap["boot"] = b["boot"] - a["boot"]
-                    if method == "crossed":
-                        gap["rep_source"] = b["rep_source"] - a["rep_source"]
-                        gap["rep_cell"] = b["rep_cell"] - a["rep_cell"]
+            gap = _gap_stat(a, b, bounds, row["n"], method)
+            if gap is not None:
                 row.update(_summarise_stat(gap, method=method, level=level, chance=0.0))
             rows.append(row)
     return pd.DataFrame(rows)
+
+
+def _gap_levels(df: pd.DataFrame, tag: str, reference: str | None) -> list[str]:
+    """[reference level, other level] of a binary tag (see `subgroup_gaps`); `InputError` otherwise."""
+    levels = sorted(df[tag].dropna().astype(str).unique())
+    if len(levels) != 2:
+        raise InputError(f"item tag {tag!r} has {len(levels)} level(s) ({', '.join(levels) or 'none'}); a subgroup "
+                         f"gap needs exactly 2")
+    ref = reference if reference is not None else TAG_REFERENCE_LEVELS.get(tag)
+    if reference is not None and ref not in levels:
+        raise InputError(f"reference level {ref!r} is not a level of item tag {tag!r} ({', '.join(levels)})")
+    return [ref] + [lv for lv in levels if lv != ref] if ref in levels else levels
+
+
+def _gap_stat(a: _Stat | None, b: _Stat | None, bounds: tuple[float, float], n: int, method: str) -> _Stat | None:
+    """The `_Stat` of b - a (other level minus reference): estimate, resamples and source terms as
+    differences (the levels share one source resample); None when either level has no estimate."""
+    if not (a and b and np.isfinite(a["estimate"]) and np.isfinite(b["estimate"])):
+        return None
+    clusters = (a["clusters"][0] + b["clusters"][0], max(a["clusters"][1], b["clusters"][1]))
+    gap = _Stat(estimate=b["estimate"] - a["estimate"], n=n, bounds=bounds, boot=None, clusters=clusters)
+    if a.get("boot") is not None and b.get("boot") is not None:
+        gap["boot"] = b["boot"] - a["boot"]
+        if method == "crossed":
+            gap["rep_source"] = b["rep_source"] - a["rep_source"]
+            gap["rep_cell"] = b["rep_cell"] - a["rep_cell"]
+    return gap
