@@ -441,13 +441,15 @@ def metrics_cmd(design: str = typer.Argument(..., help="l2d or cue"),
             tag, _, ref = spec.partition("=")
             gaps.append(subgroup_gaps(df, tag, reference=ref or None, **kw))
         table = pd.concat([table] + gaps, ignore_index=True)
+    # the contrasts before any file is written: an incomplete plan (InputError) leaves no partial output
+    res = holm_contrasts(df, n_resamples=resamples or 5000, seed=seed) if contrasts_out is not None and d == "cue" \
+        else None
     if out is None:
         _print_metrics(table, d)
     else:
         write_table(table, out)
         console.print(f"wrote {len(table)} metric rows to {out}")
-    if contrasts_out is not None and d == "cue":
-        res = holm_contrasts(df, n_resamples=resamples or 5000, seed=seed)
+    if res is not None:
         write_table(res, contrasts_out)
         left = res.left_out_llms.iloc[0]
         console.print(f"wrote {len(res)} contrasts (Holm family of {res.family_size.iloc[0]} over the LLMs with "

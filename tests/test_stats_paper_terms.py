@@ -299,3 +299,29 @@ def test_uniform_counts_have_the_multinomial_law():
     assert sps.chisquare(obs, exp).pvalue > 1e-4
     # two cells are negatively correlated, -1/(n - 1) as in a multinomial
     assert np.corrcoef(W[:, 0], W[:, 1])[0, 1] == pytest.approx(-1 / 39, abs=0.02)
+
+
+def test_cli_contrasts_on_the_papers_plan(tmp_path):
+    """`metrics cue --contrasts-out` on 13 C0-only and 3 C0-C4 LLMs (it stopped with '16 declared test(s)
+    have no result'): 48 contrasts over the three, the CLI names them; an incomplete plan: one line, exit 2."""
+    from typer.testing import CliRunner
+    import discern_stats as ds
+    from discern_stats.cli import app
+    runner = CliRunner()
+    url = f"sqlite:///{tmp_path / 'trials.db'}"
+    ds.TrialDB(url).import_trials("cue", paper_shaped_cue())
+    out = tmp_path / "c.csv"
+    r = runner.invoke(app, ["metrics", "cue", "--resamples", "200", "--out", str(tmp_path / "m.csv"),
+                            "--contrasts-out", str(out), "--db", url])
+    assert r.exit_code == 0, r.output
+    assert "Holm family of 48 over the LLMs with every intervention: full-a, full-b, full-c" in r.output
+    assert "baseline-only LLMs left out: base00" in r.output
+    assert len(pd.read_csv(out)) == 48
+    url2 = f"sqlite:///{tmp_path / 'partial.db'}"
+    df = paper_shaped_cue()
+    ds.TrialDB(url2).import_trials("cue", df[~((df.llm == "full-b") & (df.intervention == "C4"))])
+    r = runner.invoke(app, ["metrics", "cue", "--resamples", "200", "--out", str(tmp_path / "m2.csv"),
+                            "--contrasts-out", str(tmp_path / "c2.csv"), "--db", url2])
+    assert r.exit_code == 2 and "Traceback" not in r.output
+    assert "'full-b' was collected under C0, C1, C2, C3 but not C4" in r.output
+    assert not (tmp_path / "c2.csv").exists() and not (tmp_path / "m2.csv").exists()  # no partial output
