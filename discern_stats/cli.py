@@ -133,7 +133,9 @@ def _print_metrics(table, design: str) -> None:
     labels = L2D_METRIC_LABELS if design == "l2d" else CUE_METRIC_LABELS
     keys = [c for c in ("llm", "strategy", "intervention", "stratum", "scope", "tag", "contrast") if c in table.columns
             and table[c].astype(str).str.len().gt(0).any()]
-    t = Table(title=f"Design {'A' if design == 'l2d' else 'B'} metrics ({len(table):,} rows)", show_lines=False)
+    from .core.vocab import UNADJUSTED_P
+    t = Table(title=f"Design {'A' if design == 'l2d' else 'B'} metrics ({len(table):,} rows)", show_lines=False,
+              caption=f"p: {UNADJUSTED_P}")
     for c in keys + ["metric", "estimate", "interval", "p", "n"]:
         t.add_column(c, justify="right" if c in ("estimate", "p", "n") else "left", overflow="fold")
 
@@ -399,7 +401,9 @@ def metrics_cmd(design: str = typer.Argument(..., help="l2d or cue"),
                                                           "percentile or bca (items only); cue: percentile (default) or bca"),
                 subgroup: list[str] = typer.Option([], "--subgroup",
                                                    help="l2d: also the gaps between the two levels of this item tag "
-                                                        "(e.g. oecd, era; repeatable), appended to the table"),
+                                                        "(e.g. oecd, era; repeatable), appended to the table; "
+                                                        "TAG=LEVEL names the reference level (default: seed 000's "
+                                                        "direction, e.g. era post-internet - pre-internet)"),
                 tol: Optional[float] = typer.Option(None, "--tol", help="Design A: a relative tolerance of 'correct' "
                                                     "for every item, overriding the items' own correctness rules "
                                                     "(column correct_rule; items without one: exact)"),
@@ -434,16 +438,25 @@ def metrics_cmd(design: str = typer.Argument(..., help="l2d or cue"),
         import pandas as pd
 
         from .stats import subgroup_gaps
-        table = pd.concat([table] + [subgroup_gaps(df, tag, **kw) for tag in subgroup], ignore_index=True)
+        gaps = []
+        for spec in subgroup:  # TAG or TAG=REFERENCE (the level the other is compared against)
+            tag, _, ref = spec.partition("=")
+            gaps.append(subgroup_gaps(df, tag, reference=ref or None, **kw))
+        table = pd.concat([table] + gaps, ignore_index=True)
+    # the contrasts before any file is written: an incomplete plan (InputError) leaves no partial output
+    res = holm_contrasts(df, n_resamples=resamples or 5000, seed=seed) if contrasts_out is not None and d == "cue" \
+        else None
     if out is None:
         _print_metrics(table, d)
     else:
         write_table(table, out)
         console.print(f"wrote {len(table)} metric rows to {out}")
-    if contrasts_out is not None and d == "cue":
-        res = holm_contrasts(df, n_resamples=resamples or 5000, seed=seed)
+    if res is not None:
         write_table(res, contrasts_out)
-        console.print(f"wrote {len(res)} contrasts (Holm family of {res.family_size.iloc[0]}) to {contrasts_out}")
+        left = res.left_out_llms.iloc[0]
+        console.print(f"wrote {len(res)} contrasts (Holm family of {res.family_size.iloc[0]} over the LLMs with "
+                      f"every intervention: {res.family_llms.iloc[0]}"
+                      + (f"; baseline-only LLMs left out: {left}" if left else "") + f") to {contrasts_out}")
 
 
 @app.command("demo")

@@ -263,6 +263,16 @@ def subgroup_frame(ctx: ReportContext) -> pd.DataFrame:
     return w[["subgroup", "LLM"] + [c for c in order if c in w.columns]]
 
 
+def _invalid_prior_note(ctx: ReportContext) -> str:
+    """': k invalid priors counted as wrong' over the gap tables shown (empty when none or unknown)."""
+    k = 0
+    for tag in SUBGROUP_TAGS:
+        g = ctx.subgroup_gaps(tag)
+        if not g.empty and "n_invalid_prior" in g.columns:
+            k = max(k, int(g[(g.strategy == "(all)") & (g.metric == "prior accuracy gap")]["n_invalid_prior"].sum()))
+    return f": {k:,} here" if k else ": none here"
+
+
 @needs("l2d")
 def subgroup_table(ctx: ReportContext) -> GT:
     df = subgroup_frame(ctx)
@@ -271,9 +281,13 @@ def subgroup_table(ctx: ReportContext) -> GT:
                                           "items with those columns to see the gaps)"]}))
     return (_gt(df, rowname_col="LLM", groupname_col="subgroup")
             .tab_header("Subgroup gaps (Design A, all strategies pooled)",
-                        "second level − first level, estimate [interval]")
+                        "level − reference level (seed 000's direction: OECD yes − no, post-internet − "
+                        "pre-internet), estimate [interval]")
             .tab_source_note("Prior accuracy: share of priors correct under the item's rule (one prior per strategy "
-                             "and item). Items are resampled within each level; both levels share one source resample.")
+                             "and item; an invalid prior counts as wrong" + _invalid_prior_note(ctx) + "). "
+                             "Appropriate-update share: of the posteriors whose claim conflicts with the prior (C ≠ P1). "
+                             "Items are resampled within each level; both levels share one source resample. "
+                             "Intervals are per cell, not adjusted across LLMs, subgroups or metrics.")
             .tab_source_note(_sources_note(ctx)))
 
 
@@ -528,17 +542,29 @@ def contrasts_table(ctx: ReportContext) -> GT:
     if df.empty:
         return _gt(pd.DataFrame({"note": [ctx.contrasts_note()]}))
     n = len(contrasts_frame(ctx))
+    raw = ctx.contrasts()
+    covered = raw["family_llms"].iloc[0] if "family_llms" in raw.columns and len(raw) else ""
+    left = raw["left_out_llms"].iloc[0] if "left_out_llms" in raw.columns and len(raw) else ""
+    lab = _llm_label(ctx)
+    names = lambda s: ", ".join(lab.get(x, x) for x in s.split(", ")) if s else ""  # noqa: E731
+    family = f" (the LLMs collected under every intervention: {names(covered)})" if covered else ""
+    left_note = f" Baseline-only LLMs, outside the family: {names(left)}." if left else ""
     return (_gt(df, rowname_col="LLM", groupname_col="group")
             .tab_header("Pre-specified intervention contrasts (pp)",
-                        f"estimate [95% paired whole-world bootstrap interval]; Holm over one declared family of {n:,}")
+                        f"estimate [95% interval, paired whole-world bootstrap]; Holm over one declared family of "
+                        f"{n:,}{family}")
             .tab_source_note(f"Stars: the contrast's p-value Holm-adjusted over the whole family of {n:,} (4 contrasts × "
-                             "2 endpoints × 2 scopes × each LLM): * < 0.05, ** < 0.01, *** < 0.001. The intervals are "
-                             "unadjusted 95% intervals, one contrast at a time, so an interval may exclude 0 without a "
-                             "star: that contrast does not survive the family-wise correction.")
+                             "2 endpoints × 2 scopes × each LLM in the family): * < 0.05, ** < 0.01, *** < 0.001. The "
+                             "intervals are unadjusted 95% intervals, one contrast at a time, so an interval may exclude "
+                             "0 without a star: that contrast does not survive the family-wise correction.")
             .tab_source_note("Swap effect = P(B | LH) − P(B | HL); "
                              "|Text-order effect| = |P(B | B first) − P(B | A first)|; a contrast is the effect under "
-                             "the first condition minus under the second. Base C0, Sham C1 (irrelevant table of the "
-                             "ledger's length), Flat C2 (facts as prose), Ledger C3 (facts by source), +Rule C4."))
+                             "the first condition minus under the second. Swap contrasts: percentile interval and its "
+                             "p-value. |Text-order| contrasts: intersection-union test of equal absolute effects "
+                             "(p = the larger of the p-values of the arms' difference and sum) and the interval "
+                             "inverted from it, so it excludes 0 exactly when p < 0.05. Base C0, Sham C1 (irrelevant "
+                             "table of the ledger's length), Flat C2 (facts as prose), Ledger C3 (facts by source), "
+                             "+Rule C4." + left_note))
 
 
 @needs("cue")

@@ -30,11 +30,14 @@ V = V_item + V_source - V_item∩source, with two choices that make it usable he
     their item levels, summed per source and per cell; replicate = Σ W[b, c] ψ_c.
   - Pair statistics (the propensities: pairs within one item, so item levels cancel inside each
     pair): the Hajek linear terms, every pair at both of its members, not adjusted.
-- Interval: estimate ± z_(1+level)/2 · sqrt(V), clipped to the statistic's range; p-value:
-  two-sided Wald test of the distance from the chance value.
+- Interval (`crossed_se_interval`): estimate ± t_df · sqrt(V) with the small-cluster correction
+  (each component scaled by G / (G - 1), Student t with Satterthwaite degrees of freedom, the
+  source term on (G_source - 1) / 3), clipped to the statistic's range; p-value: the two-sided
+  test of the distance from the chance value with the same law. Proportions (shares, CD,
+  propensities): the Wilson score interval at the clustered effective size, and its score test.
 
-Coverage (benchmarks/coverage_l2d.py, BENCHMARKS.md): SD, rho(Delta, popularity) and the
-reliability propensity at source-effect SDs 0, 0.14 and 0.7.
+Coverage (benchmarks/coverage_l2d.py; benchmarks/coverage_crossed_sources.py for pools of 20,
+60 and 132 sources, BENCHMARKS.md): below `l2d.MIN_SOURCES_SHOWN` sources a warning.
 """
 
 from __future__ import annotations
@@ -45,11 +48,33 @@ import numpy as np
 import pandas as pd
 from scipy import stats as sps
 
-from .bootstrap import resample_counts
+from .bootstrap import resample_counts  # noqa: F401 (kept importable here)
+from .ranks import remember
 from .spearman import cluster_spearman
 
 SOURCE_SEED_OFFSET, CELL_SEED_OFFSET = 7919, 104729  # the source and cell resamples get seeds of their own
 SOURCE_RESAMPLES = 1000
+
+
+def uniform_counts(n_clusters: int, n_resamples: int, seed: int) -> np.ndarray:
+    """(B x n) counts of n draws with replacement from n clusters, one row per resample: the same law
+    as `bootstrap.resample_counts` (multinomial, equal probabilities), drawn as B x n uniform
+    cluster indices counted per row (one vectorised bincount: about 10x faster than numpy's
+    multinomial for the thousands of cells of the source term). Read-only, kept in a small cache."""
+    key = ("uniform", int(n_clusters), int(n_resamples), int(seed))
+    W = _UNIFORM_CACHE.get(key)
+    if W is None:
+        rng = np.random.default_rng(seed)
+        idx = rng.integers(0, n_clusters, size=(n_resamples, n_clusters))
+        idx += (np.arange(n_resamples) * n_clusters)[:, None]
+        W = np.bincount(idx.ravel(), minlength=n_resamples * n_clusters).reshape(n_resamples, n_clusters)
+        W = W.astype(np.float64)
+        W.flags.writeable = False
+        remember(_UNIFORM_CACHE, key, W)
+    return W
+
+
+_UNIFORM_CACHE: dict[tuple, np.ndarray] = {}
 
 
 @dataclass
@@ -80,8 +105,8 @@ class CrossedIndex:
         cell, cell_keys = pd.factorize(item.astype(np.int64) * (len(source_levels) + 1) + source, sort=True)
         Ws = Wc = None
         if source_resamples:
-            Ws = resample_counts(len(source_levels), source_resamples, seed + SOURCE_SEED_OFFSET)
-            Wc = resample_counts(len(cell_keys), source_resamples,
+            Ws = uniform_counts(len(source_levels), source_resamples, seed + SOURCE_SEED_OFFSET)
+            Wc = uniform_counts(len(cell_keys), source_resamples,
                                  (seed if cell_seed is None else cell_seed) + CELL_SEED_OFFSET)
         return cls(item.astype(np.int64), source.astype(np.int64), cell.astype(np.int64), len(item_levels),
                    len(source_levels), len(cell_keys), Ws, Wc)
@@ -93,15 +118,53 @@ class CrossedIndex:
 
 
 def remove_item_levels(values: np.ndarray, item: np.ndarray, source: np.ndarray, weights: np.ndarray | None = None,
-                       iterations: int = 100, tol: float = 1e-12) -> np.ndarray:
+                       iterations: int = 100, tol: float = 1e-12, cell: np.ndarray | None = None) -> np.ndarray:
     """values - weights * alpha_item, where alpha comes from the two-way additive fit
     values ~ weights * (alpha_item + beta_source) (weighted least squares, by alternating
     projections: Gauss-Seidel over the two factors, as in two-way fixed-effects regressions),
     normalised so that the removed part sums to 0.
 
+    The normal equations need only the per-(item, source) cell sums A_c = sum w v and
+    Q_c = sum w^2: alpha_i = sum_{c in i} (A_c - Q_c beta_j(c)) / sum_{c in i} Q_c and likewise for
+    beta, so the iterations run over the cells (``cell``: codes of the rows' cells; derived when not
+    given), not the rows: the same iterates, about 5x less work for 5 factors per cell.
+
     Removing each item's raw mean instead would also remove the mean effect of that item's own
     sources (six per item), and with it part of the source signal the source term must keep.
     """
+    w = np.ones(len(values)) if weights is None else np.asarray(weights, float)
+    n_i, n_s = int(item.max(initial=-1)) + 1, int(source.max(initial=-1)) + 1
+    if cell is None:
+        cell = pd.factorize(item.astype(np.int64) * (n_s + 1) + source)[0]
+    n_c = int(cell.max(initial=-1)) + 1
+    c_item = np.zeros(n_c, np.int64)
+    c_source = np.zeros(n_c, np.int64)
+    c_item[cell], c_source[cell] = item, source
+    A = np.bincount(cell, w * values, minlength=n_c)
+    Q = np.bincount(cell, w * w, minlength=n_c)
+    wi = np.bincount(c_item, Q, minlength=n_i)
+    ws = np.bincount(c_source, Q, minlength=n_s)
+    wi_safe, ws_safe = np.where(wi > 0, wi, 1.0), np.where(ws > 0, ws, 1.0)
+    alpha, beta = np.zeros(n_i), np.zeros(n_s)
+    for _ in range(iterations):
+        new_alpha = np.where(wi > 0, np.bincount(c_item, A - Q * beta[c_source], minlength=n_i) / wi_safe, 0.0)
+        beta = np.where(ws > 0, np.bincount(c_source, A - Q * new_alpha[c_item], minlength=n_s) / ws_safe, 0.0)
+        done = np.max(np.abs(new_alpha - alpha), initial=0.0) <= tol * max(1.0, np.max(np.abs(new_alpha), initial=0.0))
+        alpha = new_alpha
+        if done:
+            break
+    # alpha + c, beta - c fit as well: take the c with sum_r w_r alpha_item(r) = 0, so the adjusted
+    # values keep the sum of the values (0 for linear terms)
+    w_item = np.bincount(item, w, minlength=n_i)
+    if w_item.sum() != 0:
+        alpha = alpha - (w_item @ alpha) / w_item.sum()
+    return values - w * alpha[item]
+
+
+def _remove_item_levels_rows(values: np.ndarray, item: np.ndarray, source: np.ndarray,
+                             weights: np.ndarray | None = None, iterations: int = 100, tol: float = 1e-12
+                             ) -> np.ndarray:
+    """The same fit iterated over the rows (the reference the cell version is tested against)."""
     w = np.ones(len(values)) if weights is None else np.asarray(weights, float)
     n_i, n_s = int(item.max(initial=-1)) + 1, int(source.max(initial=-1)) + 1
     wi = np.bincount(item, w * w, minlength=n_i)
@@ -117,8 +180,6 @@ def remove_item_levels(values: np.ndarray, item: np.ndarray, source: np.ndarray,
             alpha = new_alpha
             if done:
                 break
-    # alpha + c, beta - c fit as well: take the c with sum_r w_r alpha_item(r) = 0, so the adjusted
-    # values keep the sum of the values (0 for linear terms)
     w_item = np.bincount(item, w, minlength=n_i)
     if w_item.sum() != 0:
         alpha = alpha - (w_item @ alpha) / w_item.sum()
@@ -135,13 +196,28 @@ def ratio_source_replicates(num: np.ndarray, den: np.ndarray, ix: CrossedIndex, 
     (Hajek projection: a change at one member changes each of its pairs), members * (num - theta den) / sum(den).
     Pairs lie within one item, so their item levels cancel and the terms are not adjusted.
     """
+    rs, rc = ratio_source_replicates_many([num], [den], ix, [members])
+    return rs[:, 0], rc[:, 0]
+
+
+def ratio_linear_terms(num: np.ndarray, den: np.ndarray, ix: CrossedIndex, members: int = 1) -> np.ndarray:
+    """Per-row linear terms of sum(num) / sum(den) for the source term (see `ratio_source_replicates`)."""
     total = den.sum()
     theta = num.sum() / total
     psi = members * (num - theta * den) / total
     if members == 1:
-        psi = remove_item_levels(psi, ix.item, ix.source, den / total)
-    return (ix.W_source @ np.bincount(ix.source, psi, minlength=ix.n_sources),
-            ix.W_cells @ np.bincount(ix.cell, psi, minlength=ix.n_cells))
+        psi = remove_item_levels(psi, ix.item, ix.source, den / total, cell=ix.cell)
+    return psi
+
+
+def ratio_source_replicates_many(nums: list[np.ndarray], dens: list[np.ndarray], ix: CrossedIndex,
+                                 members: list[int]) -> tuple[np.ndarray, np.ndarray]:
+    """(rep_source, rep_cell), B_s x m, of m ratios at once: their linear terms summed per source and
+    per cell, then one product with each resample matrix (W_source, W_cells are read once, not m times)."""
+    psi = [ratio_linear_terms(np.asarray(n, float), np.asarray(d, float), ix, k) for n, d, k in zip(nums, dens, members)]
+    by_source = np.column_stack([np.bincount(ix.source, p, minlength=ix.n_sources) for p in psi])
+    by_cell = np.column_stack([np.bincount(ix.cell, p, minlength=ix.n_cells) for p in psi])
+    return ix.W_source @ by_source, ix.W_cells @ by_cell
 
 
 def spearman_source_replicates(x: np.ndarray, ys: list[np.ndarray], ix: CrossedIndex) -> tuple[np.ndarray, np.ndarray]:
@@ -149,24 +225,110 @@ def spearman_source_replicates(x: np.ndarray, ys: list[np.ndarray], ix: CrossedI
     item levels (`remove_item_levels`), with sources resampled and with cells resampled, rescaled by
     sd(adjusted rank) / sd(rank) to the scale of rho(x, y)."""
     r = sps.rankdata(x)
-    rc = remove_item_levels(r - r.mean(), ix.item, ix.source)
+    rc = remove_item_levels(r - r.mean(), ix.item, ix.source, cell=ix.cell)
     scale = np.sqrt(rc.var() / r.var()) if r.var() > 0 else 0.0
     return (cluster_spearman(rc, ys, ix.source, ix.W_source) * scale,
             cluster_spearman(rc, ys, ix.cell, ix.W_cells) * scale)
 
 
+def source_variance(rep_source: np.ndarray, rep_cell: np.ndarray) -> float:
+    """The source term V_source - V_item∩source = max(0, var(rep_source) - var(rep_cell))."""
+    rs, rc = rep_source[np.isfinite(rep_source)], rep_cell[np.isfinite(rep_cell)]
+    return max(0.0, rs.var(ddof=1) - rc.var(ddof=1)) if rs.size > 1 and rc.size > 1 else 0.0
+
+
+SOURCE_DF_SHARE = 1 / 3  # degrees of freedom of the source term: (G_source - 1) / 3 (see small_cluster_df)
+
+
+def small_cluster_df(v_item: float, v_source: float, n_items: int, n_sources: int) -> float:
+    """Welch-Satterthwaite degrees of freedom of V = V_item + V_source, each component with its own:
+    df = V^2 / (V_item^2 / df_item + V_source^2 / df_source), df_item = G_item - 1 and
+    df_source = (G_source - 1) / 3 (`SOURCE_DF_SHARE`). With no source term df is G_item - 1; when
+    the source term dominates, df_source.
+
+    Why a third: the source term is a difference of two bootstrap variances of a statistic that is
+    not linear in the sources, and it varies more between data sets than a chi-square with
+    G_source - 1 degrees of freedom. In benchmarks/coverage_crossed_sources.py its coefficient of
+    variation, where it dominates, was 0.36-0.60 at 20 sources and 0.22-0.38 at 60, i.e.
+    2 / cv^2 = 6-15 and 14-41 degrees of freedom: (G_source - 1) / 3 is near the low end at both
+    sizes. With G_source - 1 the 20-source intervals covered 0.897-0.910 in the worst cells, with a
+    third 0.920-0.935 (BENCHMARKS.md)."""
+    df_source = max((n_sources - 1) * SOURCE_DF_SHARE, 1.0)
+    num = (v_item + v_source) ** 2
+    den = v_item ** 2 / max(n_items - 1, 1) + v_source ** 2 / df_source
+    return float(num / den) if den > 0 else float(max(min(n_items - 1, df_source), 1))
+
+
+def wilson(p: float, n_eff: float, q: float) -> tuple[float, float]:
+    """Wilson score interval of a proportion p with (effective) size n_eff and quantile q."""
+    q2n = q * q / n_eff
+    centre = (p + q2n / 2) / (1 + q2n)
+    half = q / (1 + q2n) * np.sqrt(p * (1 - p) / n_eff + q2n / (4 * n_eff))
+    lo, hi = max(0.0, centre - half), min(1.0, centre + half)
+    return (0.0 if p <= 0 else lo), (1.0 if p >= 1 else hi)  # exact at the bounds (no rounding below 1)
+
+
+def crossed_se_interval(estimate: float, v_item: float, v_source: float, *, level: float, chance: float | None,
+                        bounds: tuple[float, float], n_items: int | None = None, n_sources: int | None = None,
+                        proportion: tuple[int, int] | None = None, p_floor: float = 0.0) -> dict:
+    """lo, hi, p_value, se (and df) from the two variance components.
+
+    - Small-cluster correction (``n_items`` and ``n_sources`` given): each bootstrap variance of a
+      sum over G clusters has expectation (G - 1) / G of the variance, so V_item and V_source are
+      scaled by G / (G - 1) (the CR1 factor of each factor); the quantile is Student t with the
+      Satterthwaite degrees of freedom of `small_cluster_df` (the source term on (G_source - 1) / 3),
+      and so is the test. Without them:
+      normal z, the variances as estimated.
+    - ``proportion=(n, clusters)`` (a share, CD, a propensity: a statistic in [0, 1]): the Wilson
+      score interval with the clustered effective size n_eff = p (1 - p) / se^2 (at most n;
+      Korn & Graubard 1998), so it stays inside [0, 1] with honest width near the bounds. At p = 0
+      or 1 (or se = 0) the data hold no information on the clustering, and n_eff is the number of
+      clusters (items) that contribute (``clusters``), as if every item's trials were one trial:
+      e.g. 0 of 1,401 posteriors in 60 items gives [0, 0.060]. The p-value is the score test
+      against ``chance`` with the same n_eff and quantile law, so the interval excludes chance
+      exactly when p < 1 - level.
+    - No variation at all (se = 0, not a proportion): p = 1 at the chance value, else ``p_floor``
+      (the resolution of the resamples, 1 / (B + 1)), never NaN.
+    """
+    if not (np.isfinite(estimate) and np.isfinite(v_item)):
+        return {"lo": np.nan, "hi": np.nan, "p_value": np.nan, "se": np.nan, "df": np.nan}
+    df = np.inf
+    if n_items is not None and n_sources is not None and n_items > 1 and n_sources > 1:
+        v_item = v_item * n_items / (n_items - 1)
+        v_source = v_source * n_sources / (n_sources - 1)
+        df = small_cluster_df(v_item, v_source, n_items, n_sources)
+    se = float(np.sqrt(v_item + v_source))
+    law = sps.norm if not np.isfinite(df) else sps.t(df)
+    if proportion is not None:
+        return {**_score_interval(estimate, se, proportion, law, level, chance), "se": se, "df": df}
+    q = float(law.ppf(0.5 + level / 2))
+    lo, hi = max(bounds[0], estimate - q * se), min(bounds[1], estimate + q * se)
+    p = np.nan
+    if chance is not None:
+        p = float(2 * law.sf(abs(estimate - chance) / se)) if se > 0 else (1.0 if estimate == chance else p_floor)
+    return {"lo": float(lo), "hi": float(hi), "p_value": p, "se": se, "df": df}
+
+
+def _score_interval(estimate: float, se: float, proportion: tuple[int, int], law, level: float,  # noqa: ANN001
+                    chance: float | None) -> dict:
+    """Wilson interval and score-test p-value of a proportion at the clustered effective size
+    (see `crossed_se_interval`); ``law`` gives the quantile and tail (normal or Student t)."""
+    n, clusters = proportion
+    inside = 0 < estimate < 1 and se > 0
+    n_eff = max(min(float(n), estimate * (1 - estimate) / se ** 2) if inside else float(min(n, clusters)), 1.0)
+    lo, hi = wilson(estimate, n_eff, float(law.ppf(0.5 + level / 2)))
+    p = np.nan if chance is None else float(2 * law.sf(abs(estimate - chance) / np.sqrt(chance * (1 - chance) / n_eff)))
+    return {"lo": float(lo), "hi": float(hi), "p_value": p, "n_eff": n_eff}
+
+
 def crossed_interval(estimate: float, boot_item: np.ndarray, rep_source: np.ndarray, rep_cell: np.ndarray, *,
-                     level: float, chance: float | None, bounds: tuple[float, float]) -> dict:
-    """lo, hi, p_value and se from V = var(item bootstrap) + max(0, var(rep_source) - var(rep_cell))."""
+                     level: float, chance: float | None, bounds: tuple[float, float], n_items: int | None = None,
+                     n_sources: int | None = None, proportion: tuple[int, int] | None = None) -> dict:
+    """lo, hi, p_value and se from V = var(item bootstrap) + max(0, var(rep_source) - var(rep_cell))
+    (`crossed_se_interval`)."""
     b = boot_item[np.isfinite(boot_item)]
     if b.size < 2 or not np.isfinite(estimate):
         return {"lo": np.nan, "hi": np.nan, "p_value": np.nan, "se": np.nan}
-    rs, rc = rep_source[np.isfinite(rep_source)], rep_cell[np.isfinite(rep_cell)]
-    v_source = max(0.0, rs.var(ddof=1) - rc.var(ddof=1)) if rs.size > 1 and rc.size > 1 else 0.0
-    se = float(np.sqrt(b.var(ddof=1) + v_source))
-    z = sps.norm.ppf(0.5 + level / 2)
-    lo, hi = max(bounds[0], estimate - z * se), min(bounds[1], estimate + z * se)
-    p = np.nan
-    if chance is not None and se > 0:
-        p = float(2 * sps.norm.sf(abs(estimate - chance) / se))
-    return {"lo": float(lo), "hi": float(hi), "p_value": p, "se": se}
+    return crossed_se_interval(estimate, float(b.var(ddof=1)), source_variance(rep_source, rep_cell), level=level,
+                               chance=chance, bounds=bounds, n_items=n_items, n_sources=n_sources,
+                               proportion=proportion, p_floor=1.0 / (b.size + 1))

@@ -226,7 +226,9 @@ ENDPOINTS = CONTRAST_ENDPOINTS
 
 def abs_contrast_p_value(est1: float, est0: float, boot1: np.ndarray, boot0: np.ndarray) -> float:
     """Two-sided p-value of H0: |theta_1| = |theta_0| from paired bootstrap values of the signed
-    effects: a Wald test of the bias-corrected difference of squares.
+    effects: a Wald test of the bias-corrected difference of squares. No longer what the contrast
+    table prints (that is `abs_contrast_test`, more powerful where one arm is 0 and with an interval
+    that agrees with it); kept as the comparison of benchmarks/size_power_abs_order.py.
 
     H0 is composite: it holds at every common size c = |theta_1| = |theta_0|, and the law of
     |theta_hat_1| - |theta_hat_0| depends on c (near c = 0 it is a difference of folded normals,
@@ -256,14 +258,81 @@ def abs_contrast_p_value(est1: float, est0: float, boot1: np.ndarray, boot0: np.
     return float(2 * sps.norm.sf(abs(t) / np.sqrt(var)))
 
 
+def percentile_inversion_interval(boot: np.ndarray, alpha: float) -> tuple[float, float]:
+    """The set of theta_0 that `bootstrap.boot_p_value` does not reject at ``alpha``, exactly:
+    p(theta_0) = min(1, 2 min(#(b <= theta_0) + 1, #(b >= theta_0) + 1) / (B + 1)) >= alpha holds iff
+    #(b <= theta_0) >= k and #(b >= theta_0) >= k with k = ceil(alpha (B + 1) / 2) - 1, i.e.
+    b_(k) <= theta_0 <= b_(B - k + 1) (order statistics, 1-based). k <= 0: the whole line."""
+    b = np.sort(boot[np.isfinite(boot)])
+    k = int(np.ceil(alpha * (b.size + 1) / 2 - 1e-12)) - 1
+    if b.size == 0 or k <= 0:
+        return -np.inf, np.inf
+    return float(b[k - 1]), float(b[b.size - k])
+
+
+def _abs_difference(d: np.ndarray, s: np.ndarray) -> np.ndarray:
+    """|theta_1| - |theta_0| from d = theta_1 - theta_0 and s = theta_1 + theta_0: sign(d s) min(|d|, |s|)."""
+    return np.sign(d * s) * np.minimum(np.abs(d), np.abs(s))
+
+
+def abs_contrast_test(est1: float, est0: float, boot1: np.ndarray, boot0: np.ndarray, *, level: float = 0.95
+                      ) -> dict[str, float]:
+    """Intersection-union test of H0: |theta_1| = |theta_0| and the interval of |theta_1| - |theta_0|
+    inverted from it (seed 001's absolute text-order contrast; issue 24.4).
+
+    |theta_1| = |theta_0| iff (theta_1 - theta_0)(theta_1 + theta_0) = 0, so H0 is the union of
+    H_d: d = theta_1 - theta_0 = 0 and H_s: s = theta_1 + theta_0 = 0. An intersection-union test
+    (Berger 1982) rejects the union when it rejects each part at alpha:
+    p = max(p_d, p_s), each the paired-bootstrap p-value of `bootstrap.boot_p_value` (the
+    percentile inversion) of d* = theta*_1 - theta*_0 and s* = theta*_1 + theta*_0 (same worlds in
+    both arms). Its size is at most alpha at every point of H0 (0 / 0, equal, sign-flipped).
+
+    Interval: with I_d and I_s the exact inversions of those two tests (`percentile_inversion_interval`),
+    the range of |theta_1| - |theta_0| = sign(d s) min(|d|, |s|) over d in I_d, s in I_s (a
+    piecewise-linear function, so its extremes lie at the rectangle's corners or where an edge
+    crosses d = 0, s = 0 or d = +-s). It holds 0 exactly when I_d or I_s holds 0, i.e. exactly when
+    p >= alpha: the interval excludes 0 iff the test rejects.
+    """
+    ok = np.isfinite(boot1) & np.isfinite(boot0)
+    b1, b0 = boot1[ok], boot0[ok]
+    est = abs(est1) - abs(est0) if np.isfinite(est1) and np.isfinite(est0) else np.nan
+    if b1.size < 2 or not np.isfinite(est):
+        return {"estimate": est, "lo": np.nan, "hi": np.nan, "p_value": np.nan}
+    from .bootstrap import boot_p_value
+    alpha = 1 - level
+    p = max(boot_p_value(b1 - b0), boot_p_value(b1 + b0))
+    lo, hi = _abs_difference_range(percentile_inversion_interval(b1 - b0, alpha),
+                                   percentile_inversion_interval(b1 + b0, alpha))
+    return {"estimate": float(est), "lo": lo, "hi": hi, "p_value": float(p)}
+
+
+def _abs_difference_range(d_iv: tuple[float, float], s_iv: tuple[float, float]) -> tuple[float, float]:
+    """min and max of sign(d s) min(|d|, |s|) over d in ``d_iv``, s in ``s_iv``: the function is
+    linear between the lines d = 0, s = 0, d = s, d = -s, so its extremes lie at the rectangle's
+    corners, where an edge crosses one of those lines, or at the origin. Unbounded: the whole line."""
+    (dl, dh), (sl, sh) = d_iv, s_iv
+    if not (np.isfinite(dl) and np.isfinite(sl)):
+        return -np.inf, np.inf
+    pts = [(d, s) for d in (dl, dh) for s in (sl, sh)]
+    pts += [(d, s) for d in (dl, dh) for s in (0.0, d, -d) if sl <= s <= sh]  # edges at fixed d
+    pts += [(d, s) for s in (sl, sh) for d in (0.0, s, -s) if dl <= d <= dh]  # edges at fixed s
+    if dl <= 0 <= dh and sl <= 0 <= sh:
+        pts.append((0.0, 0.0))
+    vals = _abs_difference(np.array([q[0] for q in pts]), np.array([q[1] for q in pts]))
+    return float(vals.min()), float(vals.max())
+
+
 def intervention_contrasts(df: pd.DataFrame, *, contrasts=CONTRASTS, endpoints=("swap", "abs_text_order"),  # noqa: ANN001
                            scopes=("core", "all"), n_resamples: int = DEFAULT_RESAMPLES, seed: int = 0,
                            level: float = 0.95) -> pd.DataFrame:
     """Pre-specified intervention contrasts (seed 001 section 3.2): for each LLM, contrast
     (e.g. C2 - C0), endpoint (signed swap effect; absolute text-order effect, the order effect
     averaged over event times) and scope, the difference in pp with a paired whole-world
-    bootstrap (same worlds in both arms). p-values: signed endpoints by the percentile inversion
-    (`bootstrap.boot_p_value`); absolute endpoints by `abs_contrast_p_value`."""
+    bootstrap (same worlds in both arms). Signed endpoints: percentile interval and its p-value
+    (`bootstrap.boot_p_value`). Absolute endpoints: the intersection-union test of
+    |theta_1| = |theta_0| and the interval inverted from it (`abs_contrast_test`; chosen over the
+    Wald test of squares, `abs_contrast_p_value`, by benchmarks/size_power_abs_order.py), so
+    the interval excludes 0 exactly when p < 1 - level."""
     wide = world_table(df)
     rows = []
     for llm in sorted(wide.index.get_level_values("llm").unique()):
@@ -283,15 +352,14 @@ def intervention_contrasts(df: pd.DataFrame, *, contrasts=CONTRASTS, endpoints=(
                         continue
                     (e1, b1, *_), (e0, b0, *_) = arms[0][eff], arms[1][eff]
                     if absolute:
-                        est = abs(e1) - abs(e0)
-                        ivl = summarise(est, np.abs(b1) - np.abs(b0), level=level)
-                        p = abs_contrast_p_value(e1, e0, b1, b0)
+                        t = abs_contrast_test(e1, e0, b1, b0, level=level)
+                        est, lo, hi, p = t["estimate"], t["lo"], t["hi"], t["p_value"]
                     else:
                         est = e1 - e0
                         ivl = summarise(est, b1 - b0, level=level)
-                        p = ivl.p_value
+                        lo, hi, p = ivl.lo, ivl.hi, ivl.p_value
                     rows.append({"llm": llm, "contrast": f"{c1}-{c0}", "endpoint": ep, "scope": scope,
-                                 "estimate": est, "lo": ivl.lo, "hi": ivl.hi, "p_value": p,
+                                 "estimate": est, "lo": lo, "hi": hi, "p_value": p,
                                  "n_worlds": len(worlds), "arm1": abs(e1) if absolute else e1,
                                  "arm0": abs(e0) if absolute else e0, "n_resamples": n_resamples})
     return pd.DataFrame(rows)
@@ -306,13 +374,39 @@ def intervention_family(llms: list[str], contrasts=CONTRASTS, endpoints=("swap",
 CONTRAST_KEYS = ["llm", "contrast", "endpoint", "scope"]
 
 
+def family_llms(df: pd.DataFrame) -> tuple[list[str], list[str]]:
+    """(the LLMs the contrast family covers, the baseline-only LLMs left out of it).
+
+    What the data was planned for: seed 001 runs every LLM at the baseline C0 and some of them
+    through all interventions C0..C4. The family covers the LLMs collected under every intervention
+    present in the data (all five for the paper's design). An LLM collected beyond the baseline but
+    not under every intervention is an incomplete plan, not a smaller one: `InputError` (a silent
+    shrink of the family would make Holm too lenient). LLMs with the baseline only are left out.
+    """
+    from ..core.errors import InputError
+    present = sorted(df["intervention"].unique())
+    by_llm = df.groupby("llm", sort=True)["intervention"].agg(lambda s: set(s.unique()))
+    base = INTERVENTION_CONTRASTS[0][1] if INTERVENTION_CONTRASTS else "C0"
+    covered = [m for m, ivs in by_llm.items() if ivs >= set(present)]
+    partial = {m: ivs for m, ivs in by_llm.items() if m not in covered and ivs - {base}}
+    if partial:
+        m, ivs = next(iter(partial.items()))
+        raise InputError(f"LLM {m!r} was collected under {', '.join(sorted(ivs))} but not "
+                         f"{', '.join(sorted(set(present) - ivs))}; the contrast family covers the LLMs with every "
+                         f"intervention in the data ({', '.join(present)}): collect the rest or leave {m!r} out")
+    return covered, [m for m in by_llm.index if m not in covered]
+
+
 def holm_contrasts(df: pd.DataFrame, *, n_resamples: int = DEFAULT_RESAMPLES, seed: int = 0,
                    alpha: float = 0.05) -> pd.DataFrame:
     """Intervention contrasts with Holm-adjusted p-values over the declared family.
 
-    The family is declared from the design, before any result: every LLM in the data x the
-    pre-specified contrasts whose two arms were collected x both endpoints x Core/All
-    (48 tests for 3 LLMs with C0..C4).
+    The family is declared from what the data was planned for, before any result: the LLMs
+    collected under every intervention in the data (`family_llms`; seed 001: the 3 LLMs run
+    through C0..C4, not the 10 run at C0 only) x the pre-specified contrasts whose two arms were
+    collected x both endpoints x Core/All (48 tests for 3 LLMs with C0..C4). A declared test
+    without a result (e.g. no Core world in one arm) is refused. Columns ``family_llms`` (the
+    LLMs covered) and ``left_out_llms`` (baseline-only LLMs) say which LLMs the correction spans.
     """
     from .holm import holm
     present = set(df["intervention"].unique())
@@ -320,6 +414,10 @@ def holm_contrasts(df: pd.DataFrame, *, n_resamples: int = DEFAULT_RESAMPLES, se
     if not contrasts:
         from ..core.errors import InputError
         raise InputError("no pre-specified intervention contrast has both arms in the data (collect C0..C4)")
-    con = intervention_contrasts(df, contrasts=contrasts, n_resamples=n_resamples, seed=seed)
-    fam = intervention_family(sorted(df["llm"].unique()), contrasts=contrasts)
-    return holm(con, fam, CONTRAST_KEYS, alpha=alpha)
+    covered, left_out = family_llms(df)
+    con = intervention_contrasts(df[df["llm"].isin(covered)], contrasts=contrasts, n_resamples=n_resamples, seed=seed)
+    fam = intervention_family(covered, contrasts=contrasts)
+    res = holm(con, fam, CONTRAST_KEYS, alpha=alpha)
+    res["family_llms"] = ", ".join(covered)
+    res["left_out_llms"] = ", ".join(left_out)
+    return res

@@ -39,14 +39,15 @@ import numpy as np
 import pandas as pd
 
 from ..core.answers import is_correct, resolution
-from ..core.vocab import CHANCE, CLAIM_AGREES, OUTCOME_DENOMINATOR, OUTCOMES
+from ..core.vocab import CHANCE, CLAIM_AGREES, OUTCOME_DENOMINATOR, OUTCOMES, TAG_REFERENCE_LEVELS, UNADJUSTED_P
 from ..core.errors import InputError
 from .bootstrap import DEFAULT_RESAMPLES, jackknife_ratio, ratio, resample_counts, summarise, with_all_once
 from .spearman import cluster_spearman
-from .crossed import SOURCE_RESAMPLES, CrossedIndex, crossed_interval, ratio_source_replicates, spearman_source_replicates
+from .crossed import (SOURCE_RESAMPLES, CrossedIndex, crossed_interval, crossed_se_interval,
+                      ratio_source_replicates_many, spearman_source_replicates)
 
 METHODS = {"crossed": "crossed items x sources (item-cluster bootstrap + source term net of item levels, "
-                      "Cameron-Gelbach-Miller two-way variance), normal",
+                      "Cameron-Gelbach-Miller two-way variance), small-cluster t",
            "percentile": "percentile item-cluster bootstrap (items only)",
            "bca": "BCa item-cluster bootstrap (items only)"}
 DENOMINATORS = {
@@ -60,6 +61,28 @@ DENOMINATORS = {
     **{f"share: {o}": OUTCOME_DENOMINATOR for o in OUTCOMES},
 }
 DEFAULT_METHOD = "crossed"
+# the smallest source pool at which the crossed intervals (with the small-cluster correction) were
+# shown to cover 93-97 % (benchmarks/coverage_crossed_sources.py, BENCHMARKS.md); fewer sources: a warning
+MIN_SOURCES_SHOWN = 60
+
+
+class SmallSourcePoolWarning(UserWarning):
+    """Fewer sources than the smallest pool at which the crossed intervals were shown to cover."""
+
+
+def _warn_small_pool(groups: list[tuple[dict, pd.DataFrame]], method: str, n_resamples: int) -> str:
+    """Warn (and return a note for the ``interval`` column) when a group has fewer sources than
+    `MIN_SOURCES_SHOWN`; empty string otherwise."""
+    if method != "crossed" or not n_resamples or not groups:
+        return ""
+    fewest = min(int(g["source"].nunique()) for _, g in groups)
+    if fewest >= MIN_SOURCES_SHOWN:
+        return ""
+    import warnings
+    note = (f"{fewest} sources: below the {MIN_SOURCES_SHOWN} at which these intervals were shown to cover 93-97 %; "
+            f"with 20 sources the worst cover 0.92 (BENCHMARKS.md)")
+    warnings.warn(f"Design A intervals rest on {note}", SmallSourcePoolWarning, stacklevel=3)
+    return note
 
 
 def check_method(method: str, allowed: tuple[str, ...] = tuple(METHODS)) -> str:
@@ -238,7 +261,60 @@ def propensity(d: pd.DataFrame, by: str) -> float:
 class _Stat(dict):
     """One metric of one group before summarising: estimate, item-bootstrap values ``boot``
     (None without resamples), jackknife ``jack`` (BCa), source-term replicates ``rep_source`` and
-    ``rep_cell`` (crossed), ``n``, ``bounds`` of the statistic, ``chance`` (None: no test)."""
+    ``rep_cell`` (crossed), ``n``, ``bounds`` of the statistic, ``chance`` (None: no test),
+    ``clusters`` (items, sources with rows: the small-cluster correction's G) and ``proportion``
+    (a statistic in [0, 1]: Wilson interval at the clustered effective size)."""
+
+
+def _finite_row_groups(x: np.ndarray, ys: list[np.ndarray]) -> list[tuple[np.ndarray, list[int]]]:
+    """The y indices grouped by their finite-row mask (x and y_k finite): (mask, [k, ...]) per mask."""
+    masks: dict[bytes, tuple[np.ndarray, list[int]]] = {}
+    for k, y in enumerate(ys):
+        ok = np.isfinite(x) & np.isfinite(y)
+        masks.setdefault(np.packbits(ok).tobytes(), (ok, []))[1].append(k)
+    return list(masks.values())
+
+
+def _varies(xo: np.ndarray, yo: np.ndarray) -> bool:
+    """A rank correlation is defined: at least 3 rows and both variables vary."""
+    return len(xo) >= 3 and np.ptp(xo) > 0 and np.ptp(yo) > 0
+
+
+def _pair_positions(pair: tuple[str, int, int] | None, live: list[int], ys: list[np.ndarray], ok: np.ndarray
+                    ) -> tuple[int, int] | None:
+    """Positions in ``live`` of the pair's two y (y_i, y_j) when rho(y_i, y_j) can join this pass:
+    both are live here and the pair's own finite rows are exactly this pass's rows."""
+    if pair is None or pair[1] not in live or pair[2] not in live:
+        return None
+    if not np.array_equal(np.isfinite(ys[pair[1]]) & np.isfinite(ys[pair[2]]), ok):
+        return None
+    return live.index(pair[1]), live.index(pair[2])
+
+
+def _rho_replicates(xo: np.ndarray, ylive: list[np.ndarray], ix: CrossedIndex, W: np.ndarray | None, method: str,
+                    pair_pos: tuple[int, int] | None) -> tuple:
+    """(point estimate and item resamples, (1 + B) x k; jackknife or None; (rep_source, rep_cell) or
+    None), one column per y of ``ylive`` and then, with ``pair_pos``, one for rho of that pair of y."""
+    n_cl = ix.n_items
+    fused = None if pair_pos is None else tuple(sorted(pair_pos))
+    rho = cluster_spearman(xo, ylive, ix.item, with_all_once(W, n_cl), pair=fused)
+    jack = reps = None
+    if W is not None and method == "bca":
+        jack = cluster_spearman(xo, ylive, ix.item, np.ones((n_cl, n_cl)) - np.eye(n_cl), pair=fused)
+    if W is not None and method == "crossed":
+        reps = spearman_source_replicates(xo, ylive, ix)
+        if pair_pos is not None:  # the pair's source term: its first y net of item levels
+            extra = spearman_source_replicates(ylive[pair_pos[0]], [ylive[pair_pos[1]]], ix)
+            reps = (np.column_stack([reps[0], extra[0]]), np.column_stack([reps[1], extra[1]]))
+    return rho, jack, reps
+
+
+def _fill_column(st: _Stat, c: int, rho: np.ndarray, jack: np.ndarray | None, reps: tuple | None, *,
+                 resampled: bool) -> None:
+    """Column ``c`` of a `_rho_replicates` pass into ``st``: estimate, boot, jack, rep_source, rep_cell."""
+    st.update(estimate=float(rho[0, c]), boot=rho[1:, c] if resampled else None,
+              jack=None if jack is None else jack[:, c],
+              rep_source=None if reps is None else reps[0][:, c], rep_cell=None if reps is None else reps[1][:, c])
 
 
 def _rho_stats(names: list[str], x: np.ndarray, ys: list[np.ndarray], W: np.ndarray | None, ix: CrossedIndex,
@@ -249,55 +325,37 @@ def _rho_stats(names: list[str], x: np.ndarray, ys: list[np.ndarray], W: np.ndar
     Rows where x or y_k is not finite are left out of that rho only. The y that share a finite-row
     mask go through one pass of `cluster_spearman`, which also gives the point estimate (the
     resample with every item once) beside the ``W`` resamples; rho(y_i, y_j) of the pair is
-    computed in the same pass where the rows allow it.
+    computed in the same pass where the rows allow it (`_pair_positions`), else on its own.
     """
     out: dict[str, _Stat] = {}
-    masks: dict[bytes, tuple[np.ndarray, list[int]]] = {}
-    for k, y in enumerate(ys):
-        ok = np.isfinite(x) & np.isfinite(y)
-        masks.setdefault(np.packbits(ok).tobytes(), (ok, []))[1].append(k)
     pair_done = pair is None
-    n_cl = ix.n_items
-    for ok, ks in masks.values():
-        xo = x[ok]
-        live = []
+    for ok, ks in _finite_row_groups(x, ys):
+        xo, ixo = x[ok], ix.subset(ok)
+        clusters = _clusters(ixo)
         for k in ks:
-            yo = ys[k][ok]
-            out[names[k]] = _Stat(estimate=np.nan, boot=None, n=int(ok.sum()), bounds=(-1.0, 1.0))
-            if len(xo) >= 3 and np.ptp(xo) > 0 and np.ptp(yo) > 0:
-                live.append(k)
+            out[names[k]] = _Stat(estimate=np.nan, boot=None, n=int(ok.sum()), bounds=(-1.0, 1.0), clusters=clusters)
+        live = [k for k in ks if _varies(xo, ys[k][ok])]
         if not live:
             continue
-        fused = None
-        if not pair_done and pair[1] in live and pair[2] in live and np.array_equal(
-                np.isfinite(ys[pair[1]]) & np.isfinite(ys[pair[2]]), ok):
-            fused = tuple(sorted((live.index(pair[1]), live.index(pair[2]))))
         ylive = [ys[k][ok] for k in live]
-        io = ix.item[ok]
-        rho = cluster_spearman(xo, ylive, io, with_all_once(W, n_cl), pair=fused)
-        jack = None
-        if W is not None and method == "bca":
-            jack = cluster_spearman(xo, ylive, io, np.ones((n_cl, n_cl)) - np.eye(n_cl), pair=fused)
-        reps = None
-        if W is not None and method == "crossed":
-            reps = spearman_source_replicates(xo, ylive, ix.subset(ok))
+        pair_pos = None if pair_done else _pair_positions(pair, live, ys, ok)
+        rho, jack, reps = _rho_replicates(xo, ylive, ixo, W, method, pair_pos)
         cols = [(names[k], c) for c, k in enumerate(live)]
-        if fused is not None:
-            out[pair[0]] = _Stat(n=int(ok.sum()), bounds=(-1.0, 1.0))
+        if pair_pos is not None:
+            out[pair[0]] = _Stat(n=int(ok.sum()), bounds=(-1.0, 1.0), clusters=clusters)
             cols.append((pair[0], len(live)))
             pair_done = True
-            if reps is not None:  # the pair's source term: its first y (pair[1]) net of item levels
-                extra = spearman_source_replicates(ylive[live.index(pair[1])], [ylive[live.index(pair[2])]],
-                                                   ix.subset(ok))
-                reps = (np.column_stack([reps[0], extra[0]]), np.column_stack([reps[1], extra[1]]))
         for name, c in cols:
-            out[name].update(estimate=float(rho[0, c]), boot=rho[1:, c] if W is not None else None,
-                             jack=None if jack is None else jack[:, c],
-                             rep_source=None if reps is None else reps[0][:, c],
-                             rep_cell=None if reps is None else reps[1][:, c])
+            _fill_column(out[name], c, rho, jack, reps, resampled=W is not None)
     if pair is not None and not pair_done:
         out[pair[0]] = _rho_stats([pair[0]], ys[pair[1]], [ys[pair[2]]], W, ix, method)[pair[0]]
     return out
+
+
+def _clusters(ix: CrossedIndex, weights: np.ndarray | None = None) -> tuple[int, int]:
+    """(items, sources) with rows (with positive ``weights``) in ``ix``: the clusters of the two factors."""
+    keep = slice(None) if weights is None else np.asarray(weights) > 0
+    return int(np.unique(ix.item[keep]).size), int(np.unique(ix.source[keep]).size)
 
 
 def _ratio_stats(names: list[str], nums: list[np.ndarray], dens: list[np.ndarray], ix: CrossedIndex,
@@ -318,25 +376,52 @@ def _ratio_stats(names: list[str], nums: list[np.ndarray], dens: list[np.ndarray
     jack = jackknife_ratio(cn, cd) if W is not None and method == "bca" else None
     out = {}
     for c, name in enumerate(names):
-        st = _Stat(estimate=float(tn[c] / td[c]) if td[c] else np.nan, n=int(round(td[c])), bounds=(0.0, 1.0),
-                   boot=None if boot is None or not td[c] else boot[:, c], jack=None if jack is None else jack[:, c])
-        if st["boot"] is not None and method == "crossed":
-            own = source_terms[c] if source_terms is not None else None
-            sn, sd, members = own if own is not None else (nums[c], dens[c], 1)
-            st["rep_source"], st["rep_cell"] = ratio_source_replicates(np.asarray(sn, float), np.asarray(sd, float), ix,
-                                                                       members)
-        out[name] = st
+        out[name] = _Stat(estimate=float(tn[c] / td[c]) if td[c] else np.nan, n=int(round(td[c])), bounds=(0.0, 1.0),
+                          boot=None if boot is None or not td[c] else boot[:, c],
+                          jack=None if jack is None else jack[:, c], clusters=_clusters(ix, dens[c]), proportion=True)
+    if method == "crossed":
+        _add_ratio_source_terms(out, names, nums, dens, ix, source_terms)
     return out
 
 
+def _add_ratio_source_terms(out: dict[str, _Stat], names: list[str], nums: list[np.ndarray], dens: list[np.ndarray],
+                            ix: CrossedIndex, source_terms: list | None) -> None:
+    """rep_source and rep_cell of every resampled ratio in ``out``, all from one product per resample
+    matrix (`crossed.ratio_source_replicates_many`); ``source_terms[k]``: (num, den, members) of ratio k."""
+    live = [c for c, name in enumerate(names) if out[name]["boot"] is not None]
+    if not live:
+        return
+    own = source_terms or [None] * len(names)
+    terms = [own[c] if own[c] is not None else (nums[c], dens[c], 1) for c in live]
+    rs, rc = ratio_source_replicates_many([t[0] for t in terms], [t[1] for t in terms], ix, [t[2] for t in terms])
+    for k, c in enumerate(live):
+        out[names[c]]["rep_source"], out[names[c]]["rep_cell"] = rs[:, k], rc[:, k]
+
+
 def _summarise_stat(st: _Stat, *, method: str, level: float, chance: float | None) -> dict:
-    """estimate, lo, hi, p_value (vs ``chance``; None: no test) of one `_Stat` by ``method``."""
+    """estimate, lo, hi, p_value (vs ``chance``; None: no test) of one `_Stat` by ``method``.
+
+    ``crossed``: `crossed.crossed_interval` with the small-cluster correction on the stat's items
+    and sources, and for proportions (``proportion``) the Wilson score interval with the clustered
+    effective size. ``percentile``/``bca``: the item bootstrap; a proportion whose resamples all
+    equal the estimate (0 or 1 everywhere) gets the same Wilson interval with one trial per item,
+    never a zero-width interval.
+    """
     row = {"estimate": st["estimate"], "lo": np.nan, "hi": np.nan, "p_value": np.nan, "n": st["n"]}
     if st.get("boot") is None or not np.isfinite(st["estimate"]):
         return row
+    items, sources = st.get("clusters", (None, None))
+    proportion = (st["n"], items or 1) if st.get("proportion") else None
     if method == "crossed":
         iv = crossed_interval(st["estimate"], st["boot"], st["rep_source"], st["rep_cell"], level=level,
-                              chance=chance, bounds=st["bounds"])
+                              chance=chance, bounds=st["bounds"], n_items=items, n_sources=sources,
+                              proportion=proportion)
+        row.update(lo=iv["lo"], hi=iv["hi"], p_value=iv["p_value"])
+        return row
+    b = st["boot"][np.isfinite(st["boot"])]
+    if proportion is not None and (b.size == 0 or np.all(b == st["estimate"])):
+        iv = crossed_se_interval(st["estimate"], 0.0, 0.0, level=level, chance=chance, bounds=st["bounds"],
+                                 proportion=proportion)
         row.update(lo=iv["lo"], hi=iv["hi"], p_value=iv["p_value"])
         return row
     shift = chance if chance is not None else 0.0
@@ -344,6 +429,21 @@ def _summarise_stat(st: _Stat, *, method: str, level: float, chance: float | Non
                    method=method, level=level)
     row.update(lo=iv.lo + shift, hi=iv.hi + shift, p_value=iv.p_value if chance is not None else np.nan)
     return row
+
+
+def _priors_counting_invalid(g: pd.DataFrame) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Per row of ``g`` (valid and invalid trials): (first row of its strategy x item, that prior is
+    correct, that prior is invalid), one prior per strategy and item. A prior is invalid when no
+    trial of the strategy x item has a number for it; it counts as wrong (the planned denominator),
+    never dropped."""
+    key = g.groupby(["strategy", "item_id"], sort=False, observed=True).ngroup().to_numpy()
+    finite = np.isfinite(g["prior"].to_numpy(float))
+    ok = g["prior_correct"].to_numpy(bool) & finite
+    n = key.max(initial=-1) + 1
+    has_prior = np.bincount(key, finite, minlength=n) > 0
+    correct = np.bincount(key, ok, minlength=n) > 0
+    first = ~pd.Series(key).duplicated().to_numpy()
+    return first, correct[key], ~has_prior[key]
 
 
 def _group_stats(g: pd.DataFrame, *, n_resamples: int, seed: int, method: str, item_seed: int | None = None,
@@ -364,11 +464,12 @@ def _group_stats(g: pd.DataFrame, *, n_resamples: int, seed: int, method: str, i
     conflict = d.claim_conflicts.to_numpy()  # the taxonomy's denominator: C != P1
     if which == "gaps":
         stats = _rho_stats(["SD", "TD"], delta, [d.reliability.to_numpy(), d.improvement.to_numpy()], W, ix, method)
-        first_prior = ~d.duplicated(["strategy", "item_id"]).to_numpy()  # one prior per (strategy, item)
-        stats.update(_ratio_stats(
-            ["prior accuracy", "appropriate-update share"],
-            [first_prior & d.prior_correct.to_numpy(), conflict & (outcome_col == OUTCOMES.index("Appropriate Update"))],
-            [first_prior, conflict], ix, W, method))
+        first, correct, invalid = _priors_counting_invalid(g)
+        stats.update(_ratio_stats(["prior accuracy"], [first & correct], [first], ix_all, W, method))
+        stats["prior accuracy"]["n_invalid_prior"] = int((first & invalid).sum())
+        stats.update(_ratio_stats(["appropriate-update share"],
+                                  [conflict & (outcome_col == OUTCOMES.index("Appropriate Update"))], [conflict],
+                                  ix, W, method))
         return stats
     names = ["SD", "TD", "rho_pop"]
     ys = [d.reliability.to_numpy(), d.improvement.to_numpy(), d.popularity.to_numpy(float)]
@@ -436,6 +537,8 @@ def l2d_metrics(df: pd.DataFrame, *, n_resamples: int = DEFAULT_RESAMPLES, seed:
     else:
         group_stats = [cell(g) for g in groups]
     interval = _interval_label(method, level, n_resamples, source_resamples)
+    small = _warn_small_pool(groups, method, n_resamples)
+    interval += f"; {small}" if small else ""
     order = (["SD", "TD", "rho_pop", "rel_propensity", "truth_propensity", "CD", "prior_accuracy", "rho_rhat_R",
               "rho_delta_rhat"]
              + [f"share: {o}" for o in OUTCOMES] + ["share: " + CLAIM_AGREES, "share: Invalid", "share: Invalid (lenient)"])
@@ -448,18 +551,19 @@ def l2d_metrics(df: pd.DataFrame, *, n_resamples: int = DEFAULT_RESAMPLES, seed:
             r = {**keys, "metric": name,
                  **_summarise_stat(stats[name], method=method, level=level, chance=CHANCE.get(name)),
                  "denominator": DENOMINATORS[name], "n_invalid": n_invalid, "chance": CHANCE.get(name, np.nan),
-                 "interval": interval}
+                 "interval": interval, "p_adjustment": UNADJUSTED_P if name in CHANCE else ""}
             rows.append(r)
     out = pd.DataFrame(rows)
     cols = list(by) + ["metric", "estimate", "lo", "hi", "p_value", "n", "denominator", "n_invalid", "chance",
-                       "interval"]
+                       "interval", "p_adjustment"]
     return out[cols] if len(out) else pd.DataFrame(columns=cols)
 
 
 def _interval_label(method: str, level: float, n_resamples: int, source_resamples: int) -> str:
     if not n_resamples:
         return "no interval (0 resamples)"
-    extra = f" (+ {source_resamples:,} source and {source_resamples:,} cell resamples)" if method == "crossed" else ""
+    extra = (f" (+ {source_resamples:,} source and {source_resamples:,} cell resamples; Student t with "
+             f"Satterthwaite degrees of freedom, few-cluster correction)") if method == "crossed" else ""
     return f"{level:.0%} {METHODS[method]}; {n_resamples:,} item resamples{extra}"
 
 
@@ -470,15 +574,19 @@ GAP_METRICS = {"prior accuracy": (-1.0, 1.0), "appropriate-update share": (-1.0,
 def subgroup_gaps(df: pd.DataFrame, tag: str, *, n_resamples: int = DEFAULT_RESAMPLES, seed: int = 0,
                   level: float = 0.95, method: str = DEFAULT_METHOD, tol: float | None = None,
                   by: tuple[str, ...] = ("llm", "strategy"), overall: bool = True,
-                  source_resamples: int = SOURCE_RESAMPLES) -> pd.DataFrame:
+                  source_resamples: int = SOURCE_RESAMPLES, reference: str | None = None) -> pd.DataFrame:
     """Gaps between the two levels of a binary item tag (e.g. OECD yes - no, era post - pre), per
-    LLM x strategy (and per LLM over strategies): prior accuracy (one prior per strategy and item),
-    appropriate-update share (of posteriors with C != P1), SD and TD (seed 000's subgroup analysis).
+    LLM x strategy (and per LLM over strategies): prior accuracy (one prior per strategy and item;
+    an invalid prior counts as wrong, their number in ``n_invalid_prior``), appropriate-update
+    share (of posteriors with C != P1), SD and TD (seed 000's subgroup analysis).
 
-    gap = metric(second level) - metric(first level), levels in sorted order (named in
-    ``contrast``). Intervals: items are resampled within each level; with ``crossed`` the source
-    term uses one source resample for both levels (they share sources), so the gap's source
-    covariance is kept. Methods: crossed (default) or percentile.
+    gap = metric(other level) - metric(reference level), named in ``contrast``. The reference is
+    ``reference``, else the tag's declared one (`core.vocab.TAG_REFERENCE_LEVELS`: seed 000's
+    direction, OECD yes - no, post-internet - pre-internet), else the first level in sorted order.
+    Intervals: items are resampled within each level; with ``crossed`` the source term uses one
+    source resample for both levels (they share sources), so the gap's source covariance is kept.
+    Methods: crossed (default) or percentile. p-values are per cell, not adjusted across LLMs,
+    strategies or metrics (column ``p_adjustment``).
     """
     check_method(method, ("crossed", "percentile"))
     if tag not in df.columns:
@@ -486,10 +594,7 @@ def subgroup_gaps(df: pd.DataFrame, tag: str, *, n_resamples: int = DEFAULT_RESA
         tags = [c for c in df.columns if c not in L2D_COLUMNS and c not in L2D_OPTIONAL]
         raise InputError(f"unknown item tag {tag!r}; the trial table's tag columns are: "
                          f"{', '.join(tags) if tags else '(none)'}")
-    levels = sorted(df[tag].dropna().astype(str).unique())
-    if len(levels) != 2:
-        raise InputError(f"item tag {tag!r} has {len(levels)} level(s) ({', '.join(levels) or 'none'}); a subgroup "
-                         f"gap needs exactly 2")
+    levels = _gap_levels(df, tag, reference)
     prepared = prepare(df, tol, keep_invalid=True)
     prepared = prepared[prepared[tag].notna()]
     prepared[tag] = prepared[tag].astype(str)
@@ -498,6 +603,8 @@ def subgroup_gaps(df: pd.DataFrame, tag: str, *, n_resamples: int = DEFAULT_RESA
         groups += [({"llm": llm, "strategy": "(all)"}, g) for llm, g in prepared.groupby("llm", sort=True)]
     rows = []
     interval = _interval_label(method, level, n_resamples, source_resamples)
+    small = _warn_small_pool(groups, method, n_resamples)
+    interval += f"; {small}" if small else ""
     for keys, g in groups:
         src_levels = pd.Index(sorted(g["source"].unique()))
         parts = []
@@ -510,14 +617,38 @@ def subgroup_gaps(df: pd.DataFrame, tag: str, *, n_resamples: int = DEFAULT_RESA
             a, b = parts[0].get(name), parts[1].get(name)
             row = {**keys, "tag": tag, "contrast": f"{levels[1]} - {levels[0]}", "metric": f"{name} gap",
                    "estimate": np.nan, "lo": np.nan, "hi": np.nan, "p_value": np.nan,
-                   "n": (a["n"] if a else 0) + (b["n"] if b else 0), "interval": interval}
-            if a and b and np.isfinite(a["estimate"]) and np.isfinite(b["estimate"]):
-                gap = _Stat(estimate=b["estimate"] - a["estimate"], n=row["n"], bounds=bounds, boot=None)
-                if a.get("boot") is not None and b.get("boot") is not None:
-                    gap["boot"] = b["boot"] - a["boot"]
-                    if method == "crossed":
-                        gap["rep_source"] = b["rep_source"] - a["rep_source"]
-                        gap["rep_cell"] = b["rep_cell"] - a["rep_cell"]
+                   "n": (a["n"] if a else 0) + (b["n"] if b else 0), "interval": interval,
+                   "n_invalid_prior": sum(int(x.get("n_invalid_prior", 0)) for x in (a, b) if x),
+                   "p_adjustment": UNADJUSTED_P}
+            gap = _gap_stat(a, b, bounds, row["n"], method)
+            if gap is not None:
                 row.update(_summarise_stat(gap, method=method, level=level, chance=0.0))
             rows.append(row)
     return pd.DataFrame(rows)
+
+
+def _gap_levels(df: pd.DataFrame, tag: str, reference: str | None) -> list[str]:
+    """[reference level, other level] of a binary tag (see `subgroup_gaps`); `InputError` otherwise."""
+    levels = sorted(df[tag].dropna().astype(str).unique())
+    if len(levels) != 2:
+        raise InputError(f"item tag {tag!r} has {len(levels)} level(s) ({', '.join(levels) or 'none'}); a subgroup "
+                         f"gap needs exactly 2")
+    ref = reference if reference is not None else TAG_REFERENCE_LEVELS.get(tag)
+    if reference is not None and ref not in levels:
+        raise InputError(f"reference level {ref!r} is not a level of item tag {tag!r} ({', '.join(levels)})")
+    return [ref] + [lv for lv in levels if lv != ref] if ref in levels else levels
+
+
+def _gap_stat(a: _Stat | None, b: _Stat | None, bounds: tuple[float, float], n: int, method: str) -> _Stat | None:
+    """The `_Stat` of b - a (other level minus reference): estimate, resamples and source terms as
+    differences (the levels share one source resample); None when either level has no estimate."""
+    if not (a and b and np.isfinite(a["estimate"]) and np.isfinite(b["estimate"])):
+        return None
+    clusters = (a["clusters"][0] + b["clusters"][0], max(a["clusters"][1], b["clusters"][1]))
+    gap = _Stat(estimate=b["estimate"] - a["estimate"], n=n, bounds=bounds, boot=None, clusters=clusters)
+    if a.get("boot") is not None and b.get("boot") is not None:
+        gap["boot"] = b["boot"] - a["boot"]
+        if method == "crossed":
+            gap["rep_source"] = b["rep_source"] - a["rep_source"]
+            gap["rep_cell"] = b["rep_cell"] - a["rep_cell"]
+    return gap

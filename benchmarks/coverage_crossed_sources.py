@@ -1,0 +1,179 @@
+"""Coverage of Design A's crossed intervals by the size of the source pool (issue 24, point 2).
+
+A data generator of its own (nothing from ``discern_stats.simulate``): one LLM x strategy,
+``--items`` items crossed with a pool of G sources. Each source j has a reliability R_j ~ U(0, 1),
+a popularity pop_j ~ U(0, 1) and an effect u_j on the logit of moving; the pool is cut into the 6
+strata (popularity tertiles x reliability halves; a pool with fewer than 2 sources in a stratum is
+drawn again) and each item draws one source per stratum (so
+sources recur across items: the crossed design). Item i has a truth T_i (log-uniform 10..10,000), an
+item effect a_i ~ N(0, 0.5) and a prior P1 = T (probability 0.4) or T exp(N(0, 0.4)) rounded; each
+item x source meets the 5 factors f (claim C = f T). The respondent moves with probability
+expit(-0.3 + a_i + 1.2 (R_j - 0.5) + 0.6 sign(I) + u_j) (I = |P1 - T| - |C - T|), a fraction
+U(0.2, 1) of the way to the claim; 3 % of trials are invalid.
+
+Source-effect settings: u_j ~ N(0, SD) for SD 0, 0.5, 1.5 independent of R, and SD 1.5 correlated
+with reliability (u_j = 1.5 (0.6 z_j + 0.8 e_j), z_j the standardised R_j: part of SD's signal then
+comes from the source effects). The truths (SD, TD, rho(Delta, popularity), both propensities) are
+the statistics of ``--truth-items`` items on a pool of ``--truth-pool`` sources (mean of 6 such
+draws per run, of all runs' draws when several result files are summarised together; their
+spread is printed), i.e. the superpopulation values over items and sources.
+
+For each data set the script keeps the package's estimate and variance components (item-bootstrap
+variance, source term) of every metric (`stats.l2d._group_stats`, `stats.crossed.source_variance`),
+then forms the 95 % interval three ways with `stats.crossed.crossed_se_interval`: normal z (the old
+default), and the small-cluster correction (the new default). Coverage: share of data sets whose
+interval holds the truth; its Monte Carlo SE sqrt(c (1 - c) / sets) beside it.
+
+    python benchmarks/coverage_crossed_sources.py --pools 20,60,132 --sets 300 --out /tmp/cov.npz
+    python benchmarks/coverage_crossed_sources.py --summarise /tmp/cov20.npz,/tmp/cov60.npz,/tmp/cov132.npz
+"""
+
+from __future__ import annotations
+
+import argparse
+import time
+
+import numpy as np
+import pandas as pd
+from scipy.special import expit
+
+FACTORS = np.array([1 / 3, 1 / 2, 1.0, 2.0, 3.0])
+METRICS = ["SD", "TD", "rho_pop", "rel_propensity", "truth_propensity"]
+SETTINGS = {"0": (0.0, False), "0.5": (0.5, False), "1.5": (1.5, False), "1.5 corr. R": (1.5, True)}
+
+
+def make_pool(rng: np.random.Generator, n_sources: int, sd: float, correlated: bool) -> dict:
+    while True:  # a pool with at least 2 sources in each of the 6 strata (drawn again otherwise)
+        rel, pop = rng.uniform(size=n_sources), rng.uniform(size=n_sources)
+        stratum = np.digitize(pop, np.quantile(pop, [1 / 3, 2 / 3])) * 2 + (rel > np.median(rel))
+        if np.bincount(stratum, minlength=6).min() >= 2:
+            break
+    z = (rel - 0.5) / np.sqrt(1 / 12)
+    e = rng.normal(size=n_sources)
+    u = sd * (0.6 * z + 0.8 * e) if correlated else sd * e
+    return {"rel": rel, "pop": pop, "u": u, "stratum": stratum}
+
+
+def make_trials(rng: np.random.Generator, n_items: int, pool: dict) -> pd.DataFrame:
+    strata = [np.flatnonzero(pool["stratum"] == k) for k in range(6)]
+    src = np.column_stack([rng.choice(s, n_items) for s in strata])  # items x 6
+    T = np.exp(rng.uniform(np.log(10), np.log(10000), n_items)).round()
+    a = rng.normal(0, 0.5, n_items)
+    P1 = np.where(rng.random(n_items) < 0.4, T, np.round(T * np.exp(rng.normal(0, 0.4, n_items))))
+    i = np.repeat(np.arange(n_items), 6 * 5)
+    j = np.repeat(src.ravel(), 5)
+    f = np.tile(FACTORS, n_items * 6)
+    t, p1 = T[i], P1[i]
+    C = f * t
+    imp = np.abs(p1 - t) - np.abs(C - t)
+    eta = -0.3 + a[i] + 1.2 * (pool["rel"][j] - 0.5) + 0.6 * np.sign(imp) + pool["u"][j]
+    move = rng.random(len(i)) < expit(eta)
+    P2 = p1 + np.where(move, rng.uniform(0.2, 1.0, len(i)) * (C - p1), 0.0)
+    valid = rng.random(len(i)) > 0.03
+    return pd.DataFrame({"llm": "m", "strategy": "zero-shot", "item_id": i, "truth": t, "source": j,
+                         "reliability": pool["rel"][j], "popularity": pool["pop"][j], "factor": f, "claim": C,
+                         "prior": p1, "posterior": np.where(valid, P2, np.nan), "valid": valid})
+
+
+def components(df: pd.DataFrame, resamples: int, source_resamples: int, seed: int) -> dict[str, tuple]:
+    """metric -> (estimate, item-bootstrap variance, source term, items, sources) from the package."""
+    from discern_stats.stats.crossed import source_variance
+    from discern_stats.stats.l2d import _group_stats, prepare
+    g = prepare(df, keep_invalid=True)
+    st = _group_stats(g, n_resamples=resamples, seed=seed, method="crossed", source_resamples=source_resamples)
+    out = {}
+    for m in METRICS:
+        s = st[m]
+        if s.get("boot") is None:  # point estimate only (the truths)
+            out[m] = (s["estimate"], np.nan, np.nan, df.item_id.nunique(), df.source.nunique())
+            continue
+        b = s["boot"][np.isfinite(s["boot"])]
+        out[m] = (s["estimate"], b.var(ddof=1), source_variance(s["rep_source"], s["rep_cell"]),
+                  df.item_id.nunique(), df.source.nunique())
+    return out
+
+
+def truths(rng: np.random.Generator, sd: float, corr: bool, items: int, pool: int, draws: int = 6) -> np.ndarray:
+    vals = np.array([[v[0] for v in components(make_trials(rng, items, make_pool(rng, pool, sd, corr)), 0, 0, 0)
+                      .values()] for _ in range(draws)])
+    return vals
+
+
+def run(args: argparse.Namespace) -> None:
+    rng = np.random.default_rng([args.seed] + [int(x) for x in args.pools.split(",")])
+    pools = [int(x) for x in args.pools.split(",")]
+    res = {}
+    for name, (sd, corr) in SETTINGS.items():
+        tv = truths(rng, sd, corr, args.truth_items, args.truth_pool)
+        res[f"truth|{name}"] = tv
+        for G in pools:
+            t0 = time.time()
+            rows = []
+            for s in range(args.sets):
+                df = make_trials(rng, args.items, make_pool(rng, G, sd, corr))
+                comp = components(df, args.resamples, args.source_resamples, s)
+                rows.append([comp[m] for m in METRICS])
+            res[f"sets|{name}|{G}"] = np.array(rows, float)  # sets x metrics x 5
+            print(f"SD {name}, pool {G}: {args.sets} sets in {time.time() - t0:.0f} s", flush=True)
+    np.savez(args.out, **res)
+    summarise(args.out)
+
+
+def summarise(paths: str, level: float = 0.95) -> None:
+    """The coverage table of one or more result files (comma-separated); the truths are the mean of
+    every truth draw in all of them."""
+    from discern_stats.stats.crossed import crossed_se_interval
+    files = [np.load(p) for p in paths.split(",")]
+    z = {k: f[k] for f in files for k in f.files if k.startswith("sets|")}
+    for name in SETTINGS:
+        z[f"truth|{name}"] = np.vstack([f[f"truth|{name}"] for f in files if f"truth|{name}" in f.files])
+    print(f"| source-effect SD | pool | interval | {' | '.join(METRICS)} | SE ratio (mean est. SE / SD of estimates) |")
+    print("|---|---|---|" + "---|" * len(METRICS) + "---|")
+    for key in [k for k in z if k.startswith("sets|")]:
+        _, name, G = key.split("|")
+        sets = z[key]
+        truth = z[f"truth|{name}"].mean(axis=0)
+        for label, small in (("normal z (old)", False), ("small-cluster (new)", True)):
+            cov, ratio = [], []
+            for k, m in enumerate(METRICS):
+                hit, ses = [], []
+                for est, v_item, v_source, n_i, n_s in sets[:, k]:
+                    bounds = (-1.0, 1.0) if m in ("SD", "TD", "rho_pop") else (0.0, 1.0)
+                    iv = crossed_se_interval(est, v_item, v_source, level=level, chance=None, bounds=bounds,
+                                             n_items=int(n_i) if small else None,
+                                             n_sources=int(n_s) if small else None)
+                    hit.append(iv["lo"] <= truth[k] <= iv["hi"])
+                    ses.append(iv["se"])
+                c = np.mean(hit)
+                cov.append(f"{c:.3f}")
+                ratio.append(np.mean(ses) / sets[:, k, 0].std(ddof=1))
+            print(f"| {name} | {G} | {label} | {' | '.join(cov)} | {min(ratio):.2f}-{max(ratio):.2f} |")
+        n = len(sets)
+        print(f"|  |  | (Monte Carlo SE at 0.95: {np.sqrt(0.95 * 0.05 / n):.3f}; {n} sets) |" + " |" * len(METRICS))
+    for key in [k for k in z if k.startswith("truth|")]:
+        tv = z[key]
+        print(f"truth {key[6:]}: " + ", ".join(f"{m} {tv[:, k].mean():.4f} (+-{tv[:, k].std(ddof=1):.4f})"
+                                               for k, m in enumerate(METRICS)))
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--pools", default="20,60,132")
+    ap.add_argument("--sets", type=int, default=300)
+    ap.add_argument("--items", type=int, default=100)
+    ap.add_argument("--resamples", type=int, default=500)
+    ap.add_argument("--source-resamples", type=int, default=500)
+    ap.add_argument("--truth-items", type=int, default=3000)
+    ap.add_argument("--truth-pool", type=int, default=3000)
+    ap.add_argument("--seed", type=int, default=24)
+    ap.add_argument("--out", default="/tmp/coverage_crossed_sources.npz")
+    ap.add_argument("--summarise", default=None)
+    args = ap.parse_args()
+    if args.summarise:
+        summarise(args.summarise)
+    else:
+        run(args)
+
+
+if __name__ == "__main__":
+    main()

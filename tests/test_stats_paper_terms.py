@@ -1,0 +1,327 @@
+"""Issue 24: the statistics on the paper's terms (declared Holm family, boundary proportions, the
+|order| contrast's test and interval, the small-cluster correction, subgroup gap direction)."""
+
+from __future__ import annotations
+
+import itertools
+
+import numpy as np
+import pandas as pd
+import pytest
+from statsmodels.stats.multitest import multipletests
+
+from discern_stats.core.errors import InputError
+from discern_stats.core.vocab import INTERVENTIONS
+from discern_stats.stats.cue import holm_contrasts, intervention_contrasts, intervention_family
+
+
+def cue_rows(llm: str, interventions, n_worlds: int = 16, seed: int = 0, order_w: float = 0.2) -> list[dict]:
+    """Swap and order x time choices of ``n_worlds`` worlds (60 % Core) for one LLM."""
+    rng = np.random.default_rng(seed)
+    rows = []
+    for iv in interventions:
+        for w in range(n_worlds):
+            st = "core" if w < n_worlds * 0.6 else "structural"
+            for cond, p in (("HL", 0.4), ("LH", 0.7)):
+                rows.append(dict(llm=llm, intervention=iv, world_id=f"w{w}", stratum=st, track="swap", probe="P4",
+                                 condition=cond, answer="A", valid=True, correct=None,
+                                 choice="B" if rng.random() < p else "A"))
+            for o, t in itertools.product("AB", ("08", "12")):
+                p = 0.5 + (order_w if o == "B" else -order_w)
+                rows.append(dict(llm=llm, intervention=iv, world_id=f"w{w}", stratum=st, track="competition",
+                                 probe="P4", condition=f"order={o}-first,time={t}", answer="A", valid=True,
+                                 correct=None, choice="B" if rng.random() < p else "A"))
+    return rows
+
+
+def paper_shaped_cue() -> pd.DataFrame:
+    """Seed 001's plan: 13 LLMs at C0 only, 3 of them (others) through C0-C4."""
+    rows = []
+    for k in range(13):
+        rows += cue_rows(f"base{k:02d}", ["C0"], seed=k)
+    for k, m in enumerate(["full-a", "full-b", "full-c"]):
+        rows += cue_rows(m, INTERVENTIONS, seed=100 + k)
+    return pd.DataFrame(rows)
+
+
+def test_declared_family_covers_the_llms_with_every_intervention():
+    df = paper_shaped_cue()
+    res = holm_contrasts(df, n_resamples=400)
+    full = ["full-a", "full-b", "full-c"]
+    assert len(res) == 48 and (res.family_size == 48).all()
+    assert sorted(res.llm.unique()) == full
+    assert (res.family_llms == ", ".join(full)).all()
+    assert res.left_out_llms.iloc[0] == ", ".join(f"base{k:02d}" for k in range(13))
+    # the same family, the same p-values as the contrasts of the three LLMs alone, Holm as statsmodels
+    alone = intervention_contrasts(df[df.llm.isin(full)], n_resamples=400)
+    merged = res.merge(alone, on=["llm", "contrast", "endpoint", "scope"], suffixes=("", "_alone"))
+    assert len(merged) == 48 and np.allclose(merged.p_value, merged.p_value_alone, rtol=0, atol=0)
+    assert np.allclose(res.p_holm, multipletests(res.p_value, method="holm")[1], rtol=0, atol=1e-12)
+    assert set(map(tuple, res[["llm", "contrast", "endpoint", "scope"]].to_numpy())) == set(intervention_family(full))
+
+
+def test_declared_family_refuses_an_incomplete_plan_within_its_llms():
+    df = paper_shaped_cue()
+    # an LLM collected beyond C0 but missing C4: an incomplete plan, not a smaller family
+    partial = df[~((df.llm == "full-b") & (df.intervention == "C4"))]
+    with pytest.raises(InputError, match="'full-b' was collected under C0, C1, C2, C3 but not C4"):
+        holm_contrasts(partial, n_resamples=200)
+    # a declared test without a result within the covered LLMs (no Core world of full-c at C3)
+    no_core = df[~((df.llm == "full-c") & (df.intervention == "C3") & (df.stratum == "core"))]
+    with pytest.raises(InputError, match="declared test"):
+        holm_contrasts(no_core, n_resamples=200)
+
+
+# ---------------------------------------------------------------- Design A: boundary proportions
+
+from statsmodels.stats.proportion import proportion_confint  # noqa: E402
+
+from discern_stats.stats.l2d import l2d_metrics  # noqa: E402
+from discern_stats.stats.crossed import crossed_se_interval, wilson  # noqa: E402
+
+
+def l2d_frame(n_items: int = 40, pool: int = 30, seed: int = 0, cave: float = 0.0) -> pd.DataFrame:
+    """Items x sources crossed (6 sources per item from a pool, 5 factors). A correct prior gives way
+    to a wrong claim with probability ``cave`` (0: CD is 1 and Sycophantic Cave 0 exactly); a wrong
+    prior moves half-way to the claim with probability 0.5."""
+    rng = np.random.default_rng(seed)
+    rel, pop = rng.uniform(size=pool), rng.uniform(size=pool)
+    rows = []
+    for i in range(n_items):
+        T = float(rng.integers(100, 1000))
+        P1 = T if rng.random() < 0.5 else float(round(T * 1.3))
+        for s in rng.choice(pool, 6, replace=False):
+            for f in (1 / 3, 1 / 2, 1.0, 2.0, 3.0):
+                C = T * f
+                if P1 == T:
+                    P2 = C if (C != T and rng.random() < cave) else P1
+                else:
+                    P2 = P1 + 0.5 * (C - P1) if rng.random() < 0.5 else P1
+                rows.append(dict(llm="m", strategy="zero-shot", item_id=f"i{i}", truth=T, source=f"s{s}",
+                                 reliability=rel[s], popularity=pop[s], factor=f, claim=C, prior=P1, posterior=P2,
+                                 valid=True))
+    return pd.DataFrame(rows)
+
+
+@pytest.mark.parametrize("method", ["crossed", "percentile"])
+def test_boundary_proportions_get_finite_non_degenerate_intervals(method):
+    df = l2d_frame()
+    m = l2d_metrics(df, n_resamples=400, method=method, overall=False).set_index("metric")
+    n_items = df[df.prior == df.truth].item_id.nunique()  # the items CD rests on
+    for metric, at in (("CD", 1.0), ("share: Sycophantic Cave", 0.0)):
+        r = m.loc[metric]
+        assert r.estimate == at
+        assert 0.0 <= r.lo < r.hi <= 1.0 and r.lo <= r.estimate <= r.hi, r
+    # at the bound the clustering cannot be estimated: Wilson with one trial per item, by statsmodels
+    lo, hi = proportion_confint(n_items, n_items, alpha=0.05, method="wilson")
+    if method == "percentile":
+        assert (m.loc["CD", "lo"], m.loc["CD", "hi"]) == pytest.approx((lo, hi), abs=1e-12)
+    else:  # Student t (small-cluster correction) in place of z: a little wider, same shape
+        assert m.loc["CD", "lo"] < lo and m.loc["CD", "hi"] == 1.0
+    p = m.loc["CD", "p_value"]
+    assert np.isfinite(p) and 0 < p < 0.05  # CD = 1 against chance 0.5 over ~20 items: clearly not chance
+    assert np.isfinite(m.loc["rel_propensity", "p_value"])
+
+
+def test_wilson_with_effective_n_against_statsmodels_and_the_score_test():
+    # interior: n_eff = p (1 - p) / se^2 (at most n); Wilson of statsmodels at that n_eff (normal z)
+    p, se, n = 0.022, 0.012, 1401
+    iv = crossed_se_interval(p, se ** 2, 0.0, level=0.95, chance=None, bounds=(0, 1), proportion=(n, 60))
+    n_eff = p * (1 - p) / se ** 2
+    assert iv["n_eff"] == pytest.approx(n_eff)
+    want = proportion_confint(p * n_eff, n_eff, alpha=0.05, method="wilson")
+    assert (iv["lo"], iv["hi"]) == pytest.approx(want, abs=1e-12)
+    assert iv["lo"] > 0  # the clipped Wald interval would start at 0 here: 0.022 - 1.96 * 0.012 < 0
+    # the p-value is the score test the interval inverts: it excludes chance exactly when p < 0.05
+    for est in np.linspace(0.30, 0.70, 41):
+        r = crossed_se_interval(est, 0.004, 0.001, level=0.95, chance=0.5, bounds=(0, 1), proportion=(500, 40),
+                                n_items=40, n_sources=12)
+        assert (r["p_value"] < 0.05) == (not r["lo"] <= 0.5 <= r["hi"]), est
+    # negative control: a degenerate share never has zero width, never a NaN p-value
+    r = crossed_se_interval(1.0, 0.0, 0.0, level=0.95, chance=0.5, bounds=(0, 1), proportion=(605, 25))
+    assert r["hi"] == 1.0 and r["lo"] == pytest.approx(wilson(1.0, 25, 1.959963984540054)[0]) and r["lo"] < 0.9
+    assert np.isfinite(r["p_value"])
+
+
+# ---------------------------------------------------------------- Design B: the |order| contrast
+
+from discern_stats.stats.bootstrap import boot_p_value  # noqa: E402
+from discern_stats.stats.cue import abs_contrast_test, percentile_inversion_interval  # noqa: E402
+
+
+def test_percentile_inversion_is_exactly_the_set_the_p_value_does_not_reject():
+    rng = np.random.default_rng(7)
+    for B in (19, 200, 999):
+        b = np.round(rng.normal(2.0, 1.5, B), 1)  # ties on purpose
+        lo, hi = percentile_inversion_interval(b, 0.05)
+        if B == 19:  # p >= 2 / 20 always: nothing is rejected
+            assert (lo, hi) == (-np.inf, np.inf)
+            continue
+        for t in np.unique(np.r_[b, b - 1e-9, b + 1e-9, lo, hi]):
+            assert (boot_p_value(b - t) >= 0.05) == (lo <= t <= hi), (B, t)
+    assert percentile_inversion_interval(np.arange(10.0), 0.05) == (-np.inf, np.inf)  # B = 10 cannot reject
+
+
+def test_abs_contrast_iut_p_value_and_its_interval_agree_by_construction():
+    rng = np.random.default_rng(8)
+    n_disagree = n_reject = 0
+    for k in range(300):
+        t1, t0 = rng.choice([-6.0, -3.0, 0.0, 3.0, 6.0], 2)
+        cov = np.array([[4.0, 1.2], [1.2, 4.0]])
+        est = rng.multivariate_normal([t1, t0], cov)
+        boot = est + rng.multivariate_normal([0, 0], cov, size=499)
+        r = abs_contrast_test(est[0], est[1], boot[:, 0], boot[:, 1])
+        # p: the larger of the two paired-bootstrap p-values, written out
+        d, s = boot[:, 0] - boot[:, 1], boot[:, 0] + boot[:, 1]
+        p_d = min(1, 2 * min((d <= 0).sum() + 1, (d >= 0).sum() + 1) / 500)
+        p_s = min(1, 2 * min((s <= 0).sum() + 1, (s >= 0).sum() + 1) / 500)
+        assert r["p_value"] == pytest.approx(max(p_d, p_s), abs=1e-15)
+        assert r["estimate"] == pytest.approx(abs(est[0]) - abs(est[1]))
+        assert r["lo"] <= r["estimate"] <= r["hi"]
+        excludes = not (r["lo"] <= 0 <= r["hi"])
+        n_disagree += excludes != (r["p_value"] < 0.05)
+        n_reject += excludes
+        if k < 40:  # the interval is the range of |t1| - |t0| over the rectangle of the two inverted intervals
+            (dl, dh), (sl, sh) = percentile_inversion_interval(d, 0.05), percentile_inversion_interval(s, 0.05)
+            gd, gs = np.meshgrid(np.linspace(dl, dh, 401), np.linspace(sl, sh, 401))
+            vals = np.abs((gd + gs) / 2) - np.abs((gs - gd) / 2)
+            assert vals.min() >= r["lo"] - 1e-9 and vals.max() <= r["hi"] + 1e-9
+            assert vals.min() == pytest.approx(r["lo"], abs=0.02 * (dh - dl + sh - sl))
+            assert vals.max() == pytest.approx(r["hi"], abs=0.02 * (dh - dl + sh - sl))
+    assert n_disagree == 0
+    assert 20 < n_reject < 280  # negative control: both outcomes occur in this set
+
+
+def test_abs_contrast_in_the_contrast_table_agrees_with_its_p_value():
+    rows = cue_rows("m", ["C0"], n_worlds=40, seed=1, order_w=0.25) + cue_rows("m", ["C2"], n_worlds=40, seed=2,
+                                                                                  order_w=0.0)
+    con = intervention_contrasts(pd.DataFrame(rows), contrasts=[("C2", "C0")], n_resamples=999)
+    ab = con[con.endpoint == "abs_text_order"]
+    assert len(ab) == 2
+    for r in ab.itertuples():
+        assert (r.p_value < 0.05) == (not r.lo <= 0 <= r.hi)
+        assert r.estimate == pytest.approx(r.arm1 - r.arm0)
+
+
+def test_contrast_table_caption_names_the_family_and_the_abs_order_test():
+    from discern_stats.report.tables import contrasts_table
+    res = holm_contrasts(paper_shaped_cue(), n_resamples=200)
+
+    class Ctx:  # the few context methods the table reads
+        def contrasts(self):
+            return res
+
+        def model(self, kind):
+            return None
+
+        def llm_table(self):
+            return pd.DataFrame({"name": sorted(res.llm.unique()), "is_simulator": False})
+
+    html = contrasts_table(Ctx()).as_raw_html().replace("\u00a0", " ")
+    assert "family of 48 (the LLMs collected under every intervention: full-a, full-b, full-c)" in html
+    assert "Baseline-only LLMs, outside the family: base00" in html
+    assert "intersection-union test" in html and "excludes 0 exactly when p &lt; 0.05" in html
+
+
+# ---------------------------------------------------------------- Design A: subgroup gaps on the paper's terms
+
+from discern_stats.stats.l2d import subgroup_gaps  # noqa: E402
+
+
+def tagged_frame() -> pd.DataFrame:
+    df = l2d_frame(n_items=24, seed=3, cave=0.3)
+    item_no = df.item_id.str[1:].astype(int)
+    df["era"] = np.where(item_no % 2 == 0, "pre-internet", "post-internet")
+    df["oecd"] = np.where(item_no % 3 == 0, "yes", "no")
+    # items i1 and i3 (post-internet): no number for the prior in any trial -> invalid priors
+    bad = df.item_id.isin(["i1", "i3"])
+    df.loc[bad, "prior"] = np.nan
+    df.loc[bad, "posterior"] = np.nan
+    df.loc[bad, "valid"] = False
+    return df
+
+
+def test_subgroup_gaps_follow_the_papers_direction_and_count_invalid_priors_as_wrong():
+    df = tagged_frame()
+    g = subgroup_gaps(df, "era", n_resamples=200, overall=False).set_index("metric")
+    assert (g.contrast == "post-internet - pre-internet").all()  # not the alphabetical pre - post
+    o = subgroup_gaps(df, "oecd", n_resamples=0, overall=False)
+    assert (o.contrast == "yes - no").all()
+    # prior accuracy by hand, one prior per item; an invalid prior is wrong, never dropped
+    acc = {}
+    for lv, part in df.groupby("era"):
+        first = part.drop_duplicates("item_id")
+        acc[lv] = float((first.prior == first.truth).sum() / len(first))
+    assert g.loc["prior accuracy gap", "estimate"] == pytest.approx(acc["post-internet"] - acc["pre-internet"])
+    assert g.loc["prior accuracy gap", "n_invalid_prior"] == 2
+    assert g.loc["prior accuracy gap", "n"] == df.item_id.nunique()
+    # negative control: dropping the invalid priors instead would give another gap
+    kept = df[df.prior.notna()].drop_duplicates("item_id")
+    dropped = kept.groupby("era").apply(lambda p: (p.prior == p.truth).mean(), include_groups=False)
+    assert g.loc["prior accuracy gap", "estimate"] != pytest.approx(dropped["post-internet"] - dropped["pre-internet"])
+    # an explicit reference flips the sign; an unknown one is a user error
+    r = subgroup_gaps(df, "era", n_resamples=200, overall=False, reference="post-internet").set_index("metric")
+    assert (r.contrast == "pre-internet - post-internet").all()
+    for m in ("prior accuracy gap", "SD gap", "TD gap"):
+        assert r.loc[m, "estimate"] == pytest.approx(-g.loc[m, "estimate"])
+    with pytest.raises(InputError, match="reference level 'modern' is not a level of item tag 'era'"):
+        subgroup_gaps(df, "era", n_resamples=0, reference="modern")
+    assert g.p_adjustment.str.contains("not adjusted across LLMs").all()
+    m = l2d_metrics(df, n_resamples=0, overall=False).set_index("metric")
+    assert "not adjusted" in m.loc["SD", "p_adjustment"] and m.loc["share: Stubborn", "p_adjustment"] == ""
+
+
+def test_two_way_fit_on_cells_equals_the_fit_on_rows():
+    from discern_stats.stats.crossed import CrossedIndex, _remove_item_levels_rows, remove_item_levels
+    rng = np.random.default_rng(9)
+    item = rng.integers(0, 40, 3000)
+    source = rng.integers(0, 25, 3000)
+    ix = CrossedIndex.build(item, source, 0, 0)
+    v = rng.normal(size=3000) + rng.normal(size=40)[ix.item] + rng.normal(size=25)[ix.source]
+    w = rng.uniform(0.5, 2.0, 3000)
+    want = _remove_item_levels_rows(v, ix.item, ix.source, w)
+    assert np.allclose(remove_item_levels(v, ix.item, ix.source, w, cell=ix.cell), want, atol=1e-10, rtol=0)
+    assert np.allclose(remove_item_levels(v, ix.item, ix.source, w), want, atol=1e-10, rtol=0)
+    assert not np.allclose(want, v)  # negative control: the fit removes something
+
+
+def test_uniform_counts_have_the_multinomial_law():
+    from scipy import stats as sps
+    from discern_stats.stats.crossed import uniform_counts
+    W = uniform_counts(40, 20000, 5)
+    assert (W.sum(axis=1) == 40).all() and not W.flags.writeable
+    assert uniform_counts(40, 20000, 5) is W  # cached
+    # one cell's count is Binomial(40, 1/40): chi-square goodness of fit against scipy
+    obs = np.bincount(W[:, 7].astype(int), minlength=6)[:6]
+    exp = sps.binom.pmf(np.arange(6), 40, 1 / 40) * len(W)
+    obs = np.r_[obs[:5], len(W) - obs[:5].sum()]
+    exp = np.r_[exp[:5], len(W) - exp[:5].sum()]
+    assert sps.chisquare(obs, exp).pvalue > 1e-4
+    # two cells are negatively correlated, -1/(n - 1) as in a multinomial
+    assert np.corrcoef(W[:, 0], W[:, 1])[0, 1] == pytest.approx(-1 / 39, abs=0.02)
+
+
+def test_cli_contrasts_on_the_papers_plan(tmp_path):
+    """`metrics cue --contrasts-out` on 13 C0-only and 3 C0-C4 LLMs (it stopped with '16 declared test(s)
+    have no result'): 48 contrasts over the three, the CLI names them; an incomplete plan: one line, exit 2."""
+    from typer.testing import CliRunner
+    import discern_stats as ds
+    from discern_stats.cli import app
+    runner = CliRunner()
+    url = f"sqlite:///{tmp_path / 'trials.db'}"
+    ds.TrialDB(url).import_trials("cue", paper_shaped_cue())
+    out = tmp_path / "c.csv"
+    r = runner.invoke(app, ["metrics", "cue", "--resamples", "200", "--out", str(tmp_path / "m.csv"),
+                            "--contrasts-out", str(out), "--db", url])
+    assert r.exit_code == 0, r.output
+    assert "Holm family of 48 over the LLMs with every intervention: full-a, full-b, full-c" in r.output
+    assert "baseline-only LLMs left out: base00" in r.output
+    assert len(pd.read_csv(out)) == 48
+    url2 = f"sqlite:///{tmp_path / 'partial.db'}"
+    df = paper_shaped_cue()
+    ds.TrialDB(url2).import_trials("cue", df[~((df.llm == "full-b") & (df.intervention == "C4"))])
+    r = runner.invoke(app, ["metrics", "cue", "--resamples", "200", "--out", str(tmp_path / "m2.csv"),
+                            "--contrasts-out", str(tmp_path / "c2.csv"), "--db", url2])
+    assert r.exit_code == 2 and "Traceback" not in r.output
+    assert "'full-b' was collected under C0, C1, C2, C3 but not C4" in r.output
+    assert not (tmp_path / "c2.csv").exists() and not (tmp_path / "m2.csv").exists()  # no partial output
