@@ -163,13 +163,21 @@ def db_init(db: Optional[str] = DbOpt) -> None:
 
 @db_app.command("info")
 @user_errors
-def db_info(db: Optional[str] = DbOpt, as_json: bool = typer.Option(False, "--json", help="Print JSON instead of tables.")) -> None:
-    """Counts per table, per design and per LLM, with validity rates.
+def db_info(db: Optional[str] = DbOpt, as_json: bool = typer.Option(False, "--json", help="Print JSON instead of tables."),
+            prices: Optional[Path] = typer.Option(None, "--prices", help="price table (CSV or YAML: llm, input_per_million, "
+                                                  "output_per_million[, currency]): adds tokens and cost per LLM and run")) -> None:
+    """Counts per table, per design and per LLM, with validity rates (and cost, with --prices).
 
-    Example: `discern-stats db info --db sqlite:///trials.db`
+    Example: `discern-stats db info --db sqlite:///trials.db --prices prices.csv`
     """
-    info = _open(db, read_only=True).info()
+    from .collect.costs import cost_table, load_prices
+    price_table = load_prices(prices) if prices is not None else None  # checked before the database is opened
+    trial_db = _open(db, read_only=True)
+    info = trial_db.info()
+    costs = cost_table(trial_db, price_table) if price_table is not None else None
     if as_json:
+        if costs is not None:
+            info["costs"] = json.loads(costs.to_json(orient="records"))
         console.print_json(json.dumps(info, default=str))
         return
     t = Table(title=f"Tables in {info['url']}")
@@ -191,6 +199,18 @@ def db_info(db: Optional[str] = DbOpt, as_json: bool = typer.Option(False, "--js
             name = e["llm"] + (" (simulator)" if e["simulator"] else "")
             t.add_row(e["design"], name, str(e["planned"]), str(e["done"]), str(e["valid"]), pct(e["validity_rate"]),
                       str(e["lenient_valid"]), pct(e["lenient_validity_rate"]))
+        console.print(t)
+    if costs is not None:
+        import pandas as pd
+        t = Table(title="Tokens and cost per LLM and run",
+                  caption="cost = tokens in x input price + tokens out x output price (per million, from the provider's "
+                          "reported token counts of finished trials); a run of 'all' sums the LLM's runs; '-' = not priced")
+        for c in ("llm", "run", "trials", "tokens in", "tokens out", "cost"):
+            t.add_column(c, justify="left" if c == "llm" else "right")
+        for r in costs.itertuples():
+            cost = "-" if pd.isna(r.cost) else f"{r.cost:,.4f} {r.currency or ''}".strip()
+            t.add_row(r.llm, "all" if pd.isna(r.run_id) else str(int(r.run_id)), f"{r.trials:,}", f"{r.tokens_in:,}",
+                      f"{r.tokens_out:,}", cost)
         console.print(t)
 
 

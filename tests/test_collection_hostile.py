@@ -701,3 +701,30 @@ def test_costs_from_a_price_table(sqlite_url, tmp_path):
     bad.write_text("llm,input_per_million,output_per_million\nfake,-1,10\n")
     with pytest.raises(InputError, match="row 2, column 'input_per_million'"):
         load_prices(bad)
+
+
+def test_db_info_shows_costs_from_a_price_table(sqlite_url, tmp_path):
+    """`db info --prices FILE`: the cost table per LLM and run on screen and in --json; a bad price
+    file is one line, exit 2, before the database is read."""
+    from typer.testing import CliRunner
+    from discern_stats.cli import app
+    cli = CliRunner()
+    db = ds.TrialDB(sqlite_url)
+    design_cue(db.engine, n_worlds=1)
+    with FakeOpenAIServer("credulous") as srv:
+        collect(db, spec_from_dict(_server_spec(srv)), progress=False)
+    prices = tmp_path / "prices.csv"
+    prices.write_text("llm,input_per_million,output_per_million,currency\nfake,2.5,10,USD\n")
+    t = db.table(Trial)
+    want = (t.tokens_in.sum() * 2.5 + t.tokens_out.sum() * 10) / 1e6
+    assert want > 0
+    r = cli.invoke(app, ["db", "info", "--db", sqlite_url, "--prices", str(prices), "--json"])
+    assert r.exit_code == 0, r.output
+    rows = json.loads(r.output)["costs"]
+    total = next(x for x in rows if x["run_id"] is None)
+    assert abs(total["cost"] - want) < 1e-12 and total["trials"] == 48
+    r = cli.invoke(app, ["db", "info", "--db", sqlite_url, "--prices", str(prices)])
+    assert r.exit_code == 0 and "Tokens and cost per LLM and run" in r.output and f"{want:,.4f} USD" in r.output, r.output
+    r = cli.invoke(app, ["db", "info", "--db", sqlite_url, "--prices", str(tmp_path / "nope.csv")])
+    assert r.exit_code == 2 and "price table not found" in r.output and "Traceback" not in r.output
+    assert len(r.output.strip().splitlines()) == 1, r.output
