@@ -24,6 +24,7 @@ from discern_stats.collect.spec import spec_from_dict
 from discern_stats.designs import design_cue
 from discern_stats.simulate.server import FakeOpenAIServer
 from discern_stats.store.db import Run, Trial
+from server_specs import server_spec
 
 COLLECT = textwrap.dedent("""
     import faulthandler, json, signal, sys
@@ -34,14 +35,6 @@ COLLECT = textwrap.dedent("""
         r = collect(sys.argv[1], spec_from_dict(json.loads(sys.argv[2])), progress=False)
         print("DONE", r.done, "LOST", r.lost_leases, "SENT", r.sent, flush=True)
 """)
-
-
-def _server_spec(srv: FakeOpenAIServer, **kw) -> dict:
-    spec = {"name": "t", "design": "cue", "concurrency": 8, "timeout_s": 10,
-            "retry": {"max_attempts": 3, "initial_wait_s": 0.05, "max_wait_s": 0.1, "jitter_s": 0.0},
-            "llms": [{"name": "fake", "provider": "openai:synthetic", "base_url": srv.base_url}]}
-    spec.update(kw)
-    return spec
 
 
 def _collector(tmp_path: Path, url: str, spec: dict, marker: str = "") -> subprocess.Popen:
@@ -123,7 +116,7 @@ def test_workers_stop_when_the_parent_is_killed_at_any_phase_of_start_up(sqlite_
     late: dict[str, int] = {}
     left: dict[str, list[int]] = {}
     with FakeOpenAIServer("credulous", latency_ms=100) as srv:
-        spec = _server_spec(srv, concurrency=6, workers=3)
+        spec = server_spec(srv, concurrency=6, workers=3)
         for phase, reached, freeze in phases:
             marker = uuid.uuid4().hex
             base.update(runs=len(db.table(Run)), requests=srv.counts["requests"], done=_done(db))
@@ -171,7 +164,7 @@ def _paused_collectors(url: str, tmp_path: Path) -> tuple[int, int, int, int]:
     db = ds.TrialDB(url)
     design_cue(db.engine, n_worlds=2)  # 96 requests
     with FakeOpenAIServer("credulous", latency_ms=150) as srv:
-        spec = _server_spec(srv, concurrency=3, lease_s=1.5)
+        spec = server_spec(srv, concurrency=3, lease_s=1.5)
         ps = [_collector(tmp_path, url, spec) for _ in range(3)]
         assert _wait_for(lambda: srv.counts["requests"] >= 20, 90)
         stopped_at = dt.datetime.now(dt.timezone.utc)
@@ -214,7 +207,7 @@ def test_attempt_rows_record_each_outcome(sqlite_url):
     db = ds.TrialDB(sqlite_url)
     design_cue(db.engine, n_worlds=1)
     with FakeOpenAIServer("credulous", fault_rate=0.3, faults=("500",), seed=3) as srv:
-        r = collect(db, spec_from_dict(_server_spec(srv, retry={"max_attempts": 10, "initial_wait_s": 0.01,
+        r = collect(db, spec_from_dict(server_spec(srv, retry={"max_attempts": 10, "initial_wait_s": 0.01,
                                                                 "max_wait_s": 0.02, "jitter_s": 0})), progress=False)
         counts = dict(srv.counts)
     assert r.done == 48
@@ -234,7 +227,7 @@ def test_max_requests_counts_every_request_retries_included(sqlite_url, budget):
     db = ds.TrialDB(sqlite_url)
     design_cue(db.engine, n_worlds=1)
     with FakeOpenAIServer("credulous", fault_rate=0.3, faults=("500",), seed=1) as srv:
-        spec = _server_spec(srv, retry={"max_attempts": 5, "initial_wait_s": 0.01, "max_wait_s": 0.02,
+        spec = server_spec(srv, retry={"max_attempts": 5, "initial_wait_s": 0.01, "max_wait_s": 0.02,
                                         "jitter_s": 0})
         r = collect(db, spec_from_dict(spec), progress=False, max_requests=budget)
         requests = srv.counts["requests"]
@@ -256,7 +249,7 @@ def test_max_requests_counts_timeouts_across_workers(sqlite_url):
     db = ds.TrialDB(sqlite_url)
     design_cue(db.engine, n_worlds=1)
     with FakeOpenAIServer("credulous", latency_ms=1500) as srv:
-        spec = _server_spec(srv, concurrency=4, workers=2, timeout_s=0.3,
+        spec = server_spec(srv, concurrency=4, workers=2, timeout_s=0.3,
                             retry={"max_attempts": 3, "initial_wait_s": 0.01, "max_wait_s": 0.02, "jitter_s": 0})
         r = collect(db, spec_from_dict(spec), progress=False, max_requests=12)
         time.sleep(0.2)
@@ -298,7 +291,7 @@ def test_a_short_database_hiccup_loses_nothing(sqlite_url, tmp_path, monkeypatch
             out.on = False
         th = threading.Thread(target=hiccup)
         th.start()
-        r = collect(db, spec_from_dict(_server_spec(srv, concurrency=4)), progress=False)
+        r = collect(db, spec_from_dict(server_spec(srv, concurrency=4)), progress=False)
         th.join()
         ok = srv.counts["ok"]
     assert out.failed > 0
@@ -321,7 +314,7 @@ def test_a_database_that_stays_away_keeps_answers_in_a_journal(sqlite_url, tmp_p
     design_cue(db.engine, n_worlds=1)
     out = _Outage(db.engine, "database or disk is full")
     with FakeOpenAIServer("credulous", latency_ms=100) as srv:
-        spec = _server_spec(srv, concurrency=4, database_patience_s=1.0)
+        spec = server_spec(srv, concurrency=4, database_patience_s=1.0)
 
         def fail_for_good():
             _wait_for(lambda: srv.counts["ok"] >= 10, 30)
@@ -439,7 +432,7 @@ def test_a_postgres_restart_mid_run_loses_nothing(pg_url, tmp_path):
     via = pg_url.replace("127.0.0.1:5432", f"127.0.0.1:{proxy.port}")
     try:
         with FakeOpenAIServer("credulous", latency_ms=100) as srv:
-            p = _collector(tmp_path, via, _server_spec(srv, concurrency=4))
+            p = _collector(tmp_path, via, server_spec(srv, concurrency=4))
             for at in (15, 50):
                 assert _wait_for(lambda: srv.counts["ok"] >= at or p.poll() is not None, 90)
                 proxy.restart(0.5)
@@ -487,7 +480,7 @@ def test_waits_show_in_the_progress_line(sqlite_url):
         orig(self, t0, **fields)
         shown.append(self.progress.tasks[0].fields.get("waiting", ""))
     with FakeOpenAIServer("credulous", fault_rate=1.0, faults=("429",), retry_after_s=0.6) as srv:
-        spec = _server_spec(srv, concurrency=2, retry={"max_attempts": 3, "initial_wait_s": 0.01, "max_wait_s": 0.02,
+        spec = server_spec(srv, concurrency=2, retry={"max_attempts": 3, "initial_wait_s": 0.01, "max_wait_s": 0.02,
                                                        "jitter_s": 0, "max_retry_after_s": 5})
         C.Collector._show_progress = spy
         try:
@@ -571,7 +564,7 @@ def test_secrets_in_extra_are_never_stored(sqlite_url):
     db = ds.TrialDB(sqlite_url)
     design_cue(db.engine, n_worlds=1)
     with FakeOpenAIServer("credulous") as srv:
-        spec = _server_spec(srv)
+        spec = server_spec(srv)
         spec["llms"][0]["extra"] = {"default_headers": {"X-Secret": "hunter2-header"}, "model_kwargs":
                                     {"user": "me", "access_token": "hunter2-token"}}
         collect(db, spec_from_dict(spec), progress=False, max_requests=2)
@@ -590,7 +583,7 @@ def test_ctrl_c_says_what_was_kept_and_marks_the_run(sqlite_url, tmp_path, worke
     design_cue(db.engine, n_worlds=2)
     with FakeOpenAIServer("credulous", latency_ms=200) as srv:
         spec = tmp_path / "s.yaml"
-        spec.write_text(json.dumps(_server_spec(srv, concurrency=4, workers=workers)))  # JSON is YAML
+        spec.write_text(json.dumps(server_spec(srv, concurrency=4, workers=workers)))  # JSON is YAML
         p = subprocess.Popen([sys.executable, "-c", "from discern_stats.cli import app; app()", "collect", str(spec),
                               "--db", sqlite_url, "--quiet"], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
                              text=True, start_new_session=True)
@@ -616,7 +609,7 @@ def test_worker_runs_share_a_run_group_and_trials_record_the_served_model(sqlite
     db = ds.TrialDB(sqlite_url)
     design_cue(db.engine, n_worlds=1)
     with FakeOpenAIServer("credulous", latency_ms=20) as srv:
-        r = collect(db, spec_from_dict(_server_spec(srv, concurrency=4, workers=2)), progress=False)
+        r = collect(db, spec_from_dict(server_spec(srv, concurrency=4, workers=2)), progress=False)
     assert r.done == 48
     runs = db.table(Run)
     assert len(runs) >= 2 and runs.run_group.notna().all() and runs.run_group.nunique() == 1
@@ -686,8 +679,8 @@ def test_costs_from_a_price_table(sqlite_url, tmp_path):
     db = ds.TrialDB(sqlite_url)
     design_cue(db.engine, n_worlds=1)
     with FakeOpenAIServer("credulous") as srv:
-        r1 = collect(db, spec_from_dict(_server_spec(srv)), progress=False, max_requests=10)
-        r2 = collect(db, spec_from_dict(_server_spec(srv)), progress=False)
+        r1 = collect(db, spec_from_dict(server_spec(srv)), progress=False, max_requests=10)
+        r2 = collect(db, spec_from_dict(server_spec(srv)), progress=False)
     prices = tmp_path / "prices.csv"
     prices.write_text("llm,input_per_million,output_per_million,currency\nfake,2.5,10,USD\n")
     c = cost_table(db, load_prices(prices))
@@ -712,7 +705,7 @@ def test_db_info_shows_costs_from_a_price_table(sqlite_url, tmp_path):
     db = ds.TrialDB(sqlite_url)
     design_cue(db.engine, n_worlds=1)
     with FakeOpenAIServer("credulous") as srv:
-        collect(db, spec_from_dict(_server_spec(srv)), progress=False)
+        collect(db, spec_from_dict(server_spec(srv)), progress=False)
     prices = tmp_path / "prices.csv"
     prices.write_text("llm,input_per_million,output_per_million,currency\nfake,2.5,10,USD\n")
     t = db.table(Trial)

@@ -28,6 +28,7 @@ from discern_stats.store.db import Run, Trial
 from discern_stats.designs import design_cue
 from discern_stats.core.errors import SpecError
 from discern_stats.simulate.server import FakeOpenAIServer
+from server_specs import server_spec
 
 runner = CliRunner()
 
@@ -40,14 +41,6 @@ COLLECT = textwrap.dedent("""
         r = collect(sys.argv[1], spec_from_dict(json.loads(sys.argv[2])), progress=False)
         print("DONE", r.done, "LOST", r.lost_leases, "SENT", r.sent, flush=True)
 """)
-
-
-def _server_spec(srv: FakeOpenAIServer, **kw) -> dict:
-    spec = {"name": "t", "design": "cue", "concurrency": 8, "timeout_s": 10,
-            "retry": {"max_attempts": 3, "initial_wait_s": 0.05, "max_wait_s": 0.1, "jitter_s": 0.0},
-            "llms": [{"name": "fake", "provider": "openai:synthetic", "base_url": srv.base_url}]}
-    spec.update(kw)
-    return spec
 
 
 def _collector(tmp_path: Path, url: str, spec: dict) -> subprocess.Popen:
@@ -74,7 +67,7 @@ def test_two_collectors_with_a_short_lease_send_each_request_once(sqlite_url, tm
     db = ds.TrialDB(sqlite_url)
     design_cue(db.engine, n_worlds=1)  # 48 requests
     with FakeOpenAIServer("credulous", latency_ms=1000) as srv:
-        spec = _server_spec(srv, lease_s=2.0, concurrency=4)
+        spec = server_spec(srv, lease_s=2.0, concurrency=4)
         ps = [_collector(tmp_path, sqlite_url, spec) for _ in range(2)]
         outs = [p.communicate(timeout=240) for p in ps]
         assert all(p.returncode == 0 for p in ps), [o[1][-3000:] for o in outs]
@@ -93,7 +86,7 @@ def test_sigkill_leaves_an_attempt_row_for_every_request_the_server_saw(sqlite_u
     design_cue(db.engine, n_worlds=2)  # 96 requests
     rng = random.Random()  # the kill moments are random on purpose; the property must hold for any
     with FakeOpenAIServer("credulous", latency_ms=150) as srv:
-        spec = _server_spec(srv, concurrency=8)
+        spec = server_spec(srv, concurrency=8)
         for _ in range(4):
             p = _collector(tmp_path, sqlite_url, spec)
             time.sleep(rng.uniform(1.5, 3.5))  # past the start-up, somewhere in the run
@@ -116,7 +109,7 @@ def test_budget_is_exact_across_llms(sqlite_url):
     db = ds.TrialDB(sqlite_url)
     design_cue(db.engine, n_worlds=1)
     with FakeOpenAIServer("credulous", latency_ms=20) as srv:
-        spec = _server_spec(srv)
+        spec = server_spec(srv)
         spec["llms"] = [dict(spec["llms"][0], name=f"fake-{k}") for k in range(2)]
         for budget in (8, 20):
             before = srv.counts["requests"]
@@ -170,7 +163,7 @@ def test_a_timeout_names_its_limit_and_endpoint(sqlite_url):
     db = ds.TrialDB(sqlite_url)
     design_cue(db.engine, n_worlds=1)
     with FakeOpenAIServer("credulous", latency_ms=2000) as srv:
-        spec = _server_spec(srv, timeout_s=0.3, retry={"max_attempts": 1})
+        spec = server_spec(srv, timeout_s=0.3, retry={"max_attempts": 1})
         r = collect(db, spec_from_dict(spec), progress=False, max_requests=2)
     assert r.failed == 2 and list(r.failure_causes.values()) == [2]
     err = db.attempts().error
@@ -181,7 +174,7 @@ def test_workers_stop_when_their_parent_is_killed(sqlite_url, tmp_path):
     db = ds.TrialDB(sqlite_url)
     design_cue(db.engine, n_worlds=4)
     with FakeOpenAIServer("credulous", latency_ms=300) as srv:
-        spec = _server_spec(srv, concurrency=4, workers=2)
+        spec = server_spec(srv, concurrency=4, workers=2)
         p = _collector(tmp_path, sqlite_url, spec)
         deadline = time.time() + 60
         children: list[int] = []
@@ -223,7 +216,7 @@ def test_runs_record_their_trials_and_interrupted_runs_are_marked(sqlite_url, tm
     db = ds.TrialDB(sqlite_url)
     design_cue(db.engine, n_worlds=2)
     with FakeOpenAIServer("credulous", latency_ms=200) as srv:
-        spec = _server_spec(srv, concurrency=2)
+        spec = server_spec(srv, concurrency=2)
         p = _collector(tmp_path, sqlite_url, spec)
         deadline = time.time() + 60
         while time.time() < deadline and _done(db) < 4:
@@ -296,7 +289,7 @@ def test_collection_adapts_to_a_rate_limited_server(tmp_path, monkeypatch):
         db = ds.TrialDB(url)
         design_cue(db.engine, n_worlds=6)  # 288 requests
         with FakeOpenAIServer("credulous", latency_ms=100, rate_limit_rps=100) as srv:
-            spec = _server_spec(srv, concurrency=48, retry={"max_attempts": 60, "initial_wait_s": 0.05,
+            spec = server_spec(srv, concurrency=48, retry={"max_attempts": 60, "initial_wait_s": 0.05,
                                                             "max_wait_s": 0.5, "jitter_s": 0.02})
             r = collect(db, spec_from_dict(spec), progress=False)
             counts = dict(srv.counts)

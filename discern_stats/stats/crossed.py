@@ -161,31 +161,6 @@ def remove_item_levels(values: np.ndarray, item: np.ndarray, source: np.ndarray,
     return values - w * alpha[item]
 
 
-def _remove_item_levels_rows(values: np.ndarray, item: np.ndarray, source: np.ndarray,
-                             weights: np.ndarray | None = None, iterations: int = 100, tol: float = 1e-12
-                             ) -> np.ndarray:
-    """The same fit iterated over the rows (the reference the cell version is tested against)."""
-    w = np.ones(len(values)) if weights is None else np.asarray(weights, float)
-    n_i, n_s = int(item.max(initial=-1)) + 1, int(source.max(initial=-1)) + 1
-    wi = np.bincount(item, w * w, minlength=n_i)
-    ws = np.bincount(source, w * w, minlength=n_s)
-    alpha, beta = np.zeros(n_i), np.zeros(n_s)
-    with np.errstate(invalid="ignore", divide="ignore"):
-        for _ in range(iterations):
-            new_alpha = np.where(wi > 0, np.bincount(item, w * (values - w * beta[source]), minlength=n_i)
-                                 / np.where(wi > 0, wi, 1.0), 0.0)
-            beta = np.where(ws > 0, np.bincount(source, w * (values - w * new_alpha[item]), minlength=n_s)
-                            / np.where(ws > 0, ws, 1.0), 0.0)
-            done = np.max(np.abs(new_alpha - alpha), initial=0.0) <= tol * max(1.0, np.max(np.abs(new_alpha), initial=0.0))
-            alpha = new_alpha
-            if done:
-                break
-    w_item = np.bincount(item, w, minlength=n_i)
-    if w_item.sum() != 0:
-        alpha = alpha - (w_item @ alpha) / w_item.sum()
-    return values - w * alpha[item]
-
-
 def ratio_source_replicates(num: np.ndarray, den: np.ndarray, ix: CrossedIndex, members: int = 1
                             ) -> tuple[np.ndarray, np.ndarray]:
     """(rep_source, rep_cell) of the ratio sum(num) / sum(den): linear terms less their item levels,
