@@ -223,3 +223,21 @@ def test_every_command_has_help_with_example():
     for p in paths:
         r = runner.invoke(app, p + ["--help"])
         assert r.exit_code == 0 and "Example" in r.output, p
+
+
+def test_reimport_with_a_changed_truth_or_reliability_is_refused_and_changes_nothing(sqlite_url, tmp_path):
+    items = tmp_path / "items.csv"
+    items.write_text("item_id,question,truth\nq1,How many legs has a spider?,8\n")
+    assert runner.invoke(app, ["import", "items", str(items), "--db", sqlite_url]).exit_code == 0
+    items.write_text("item_id,question,truth\nq1,How many legs has a spider?,6\n")
+    r = runner.invoke(app, ["import", "items", str(items), "--db", sqlite_url])
+    assert r.exit_code == 2 and "item_id 'q1' is already in the database with a different question or truth" in r.output
+    assert "stored 8.0, here 6.0" in r.output and "Traceback" not in r.output, r.output
+    assert ds.TrialDB(sqlite_url).table(Item).truth.tolist() == [8.0]
+    src = tmp_path / "sources.csv"
+    src.write_text("domain,reliability,popularity\nnews.example,0.7,0.5\n")
+    assert runner.invoke(app, ["import", "sources", str(src), "--db", sqlite_url]).exit_code == 0
+    src.write_text("domain,reliability,popularity\nnews.example,0.7,0.9\n")
+    r = runner.invoke(app, ["import", "sources", str(src), "--db", sqlite_url])
+    assert r.exit_code == 2 and "different reliability or popularity (popularity: stored 0.5, here 0.9)" in r.output, r.output
+    assert ds.TrialDB(sqlite_url).table(Source).popularity.tolist() == [0.5]

@@ -64,17 +64,27 @@ def import_items(engine: Engine, path: str | Path) -> int:
     return upsert_items(engine, rows, file=file)
 
 
+def _upsert(engine: Engine, table: Any, key: str, fields: tuple[str, ...], rows: list[dict[str, Any]],
+            what: str, file: str | None) -> int:
+    """Insert ``rows`` into ``table`` (unique column ``key``); a row whose key is already stored with
+    other ``fields`` is an `InputError` naming the row (the stored row is never overwritten)."""
+    col = getattr(table, key)
+    with engine.begin() as conn:
+        existing = {getattr(r, key): r for r in conn.execute(
+            sa.select(col, *(getattr(table, f) for f in fields)).where(col.in_([r[key] for r in rows])))}
+        for i, r in enumerate(rows):
+            e = existing.get(r[key])
+            differ = [f for f in fields if e is not None and getattr(e, f) != r.get(f)]
+            if differ:
+                f = differ[0]
+                raise InputError(f"{key} {r[key]!r} is already in the database with a different {what} ({f}: "
+                                 f"stored {getattr(e, f)!r}, here {r.get(f)!r})", file=file, row=i + 1, column=key)
+        return insert_ignore(conn, table, rows, [key])
+
+
 def upsert_items(engine: Engine, rows: list[dict[str, Any]], file: str | None = None) -> int:
     """Insert items; an existing item_id with a different question/truth is an error."""
-    with engine.begin() as conn:
-        existing = {r.item_id: r for r in conn.execute(sa.select(Item.item_id, Item.question, Item.truth)
-                                                       .where(Item.item_id.in_([r["item_id"] for r in rows])))}
-        for i, r in enumerate(rows):
-            e = existing.get(r["item_id"])
-            if e is not None and (e.question != r["question"] or e.truth != r["truth"]):
-                raise InputError(f"item_id {r['item_id']!r} is already in the database with a different "
-                                 f"question or truth ({e.truth!r} vs {r['truth']!r})", file=file, row=i + 1, column="item_id")
-        return insert_ignore(conn, Item, rows, ["item_id"])
+    return _upsert(engine, Item, "item_id", ("question", "truth"), rows, "question or truth", file)
 
 
 def normalize_domain(domain: str) -> str:
@@ -181,15 +191,8 @@ def import_sources(engine: Engine, path: str | Path, *, fictional: bool = False)
 
 
 def upsert_sources(engine: Engine, rows: list[dict[str, Any]], file: str | None = None) -> int:
-    with engine.begin() as conn:
-        existing = {r.domain: r for r in conn.execute(sa.select(Source.domain, Source.reliability, Source.popularity)
-                                                      .where(Source.domain.in_([r["domain"] for r in rows])))}
-        for i, r in enumerate(rows):
-            e = existing.get(r["domain"])
-            if e is not None and (e.reliability != r["reliability"] or e.popularity != r.get("popularity")):
-                raise InputError(f"domain {r['domain']!r} is already in the database with different reliability "
-                                 f"or popularity", file=file, row=i + 1, column="domain")
-        return insert_ignore(conn, Source, rows, ["domain"])
+    """Insert sources; an existing domain with a different reliability/popularity is an error."""
+    return _upsert(engine, Source, "domain", ("reliability", "popularity"), rows, "reliability or popularity", file)
 
 
 # ---------------------------------------------------------------- trial import
