@@ -208,6 +208,9 @@ def test_contrast_table_caption_names_the_family_and_the_abs_order_test():
     res = holm_contrasts(paper_shaped_cue(), n_resamples=200)
 
     class Ctx:  # the few context methods the table reads
+        def has(self, design):
+            return design == "cue"
+
         def contrasts(self):
             return res
 
