@@ -72,6 +72,16 @@ def check_convergence(idata: Any, var_names: list[str]) -> dict[str, Any]:
     return diag
 
 
+def check_sampling_counts(*, draws: Any, tune: Any, chains: Any) -> None:
+    """The model's edge: draws and chains whole numbers >= 1, tune a whole number >= 0 (or None, the
+    sampler's default); anything else is one `InputError` line naming the setting, before any sampling."""
+    for name, value, least in (("draws", draws, 1), ("tune", tune, 0), ("chains", chains, 1)):
+        if name == "tune" and value is None:
+            continue
+        if isinstance(value, bool) or not isinstance(value, (int, np.integer)) or value < least:
+            raise InputError(f"{name} must be a whole number >= {least}, got {value!r}")
+
+
 class BayesModel:
     """Base class. Subclasses set ``name``, ``default_config`` and implement ``prepare``,
     ``build`` and ``summary_table``."""
@@ -123,6 +133,7 @@ class BayesModel:
         ``numpyro`` or ``blackjax`` sample the PyMC model of `build` by NUTS (``kwargs`` go to
         ``pm.sample``; ``tune`` defaults to 1000); ``gibbs`` is the cue-weight models' own
         sampler (`discern_stats.bayes.logit_gibbs`; ``tune`` is burn-in, default 200)."""
+        check_sampling_counts(draws=draws, tune=tune, chains=chains)
         sampler = sampler or self.default_sampler
         if sampler not in SAMPLERS:
             raise InputError(f"unknown sampler {sampler!r}; use one of {', '.join(SAMPLERS)}")
