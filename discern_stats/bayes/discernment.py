@@ -192,8 +192,8 @@ class DiscernmentModel(BayesModel):
 
     @property
     def nuisance_vars(self) -> list[str]:  # type: ignore[override]
-        """Intercepts, item-effect scales and residual scales: diagnosed and recorded in
-        ``diagnostics["nuisance"]``, not gated. With a rare response (a few "away" moves per item)
+        """Intercepts, item-effect scales and residual scales: gated at the looser nuisance level
+        (R-hat <= 1.05, ESS >= 100; `base.NUISANCE_RHAT_MAX`), recorded in ``diagnostics["nuisance"]``. With a rare response (a few "away" moves per item)
         the item-effect scale of a binary part is weakly identified and its chain mixes slowly
         (bulk ESS 32 of 2,000 draws at 615,000 rows), while the slopes mix well (ESS >= 900)."""
         out = []
