@@ -121,7 +121,10 @@ def test_gibbs_matches_nuts_on_the_same_model():
         assert m.diagnostics["ok"], (sampler, m.diagnostics)
         fits[sampler] = m
     g, n = fits["gibbs"], fits["nutpie"]
-    assert min(g.sampler["acceptance"].values()) > 0.8, g.sampler
+    # the block steps accept most proposals; the joint (mu, log tau) step of the interweaving is an
+    # extra move beside the centred one (a Gibbs step that always moves), so a lower rate is expected
+    acc = g.sampler["acceptance"]
+    assert min(v for k, v in acc.items() if k != "pooled") > 0.8 and acc["pooled"] > 0.2, g.sampler
     for var in ("beta", "alpha", "mu", "tau", "sigma_u"):
         sg = az.summary(g.idata, var_names=[var], round_to="none")
         sn = az.summary(n.idata, var_names=[var], round_to="none")
@@ -141,7 +144,7 @@ def test_gibbs_matches_nuts_on_the_same_model():
 @pytest.mark.slow
 def test_gibbs_matches_nuts_with_intervention_shifts():
     """The intervention model's path: shifts delta (intervention x cue) and gamma (intervention),
-    sampled with two independence proposals per sweep (theta_tries=2, the default with shifts).
+    sampled with three proposals per sweep (theta_tries=3, the default with shifts: independence, autoregressive, independence).
     Means within 4 combined Monte Carlo SEs of nutpie's, SDs within 15%."""
     import arviz as az
     d = _with_interventions(seed=4)
@@ -154,7 +157,7 @@ def test_gibbs_matches_nuts_with_intervention_shifts():
         assert m.diagnostics["ok"], (sampler, m.diagnostics)
         fits[sampler] = m
     g, n = fits["gibbs"], fits["nutpie"]
-    assert g.sampler["theta_tries"] == 2 and g.idata["posterior"]["delta"].shape[-2:] == (2, 5)
+    assert g.sampler["theta_tries"] == 3 and g.idata["posterior"]["delta"].shape[-2:] == (2, 5)
     for var in ("delta", "gamma", "beta", "alpha"):
         sg = az.summary(g.idata, var_names=[var], round_to="none")
         sn = az.summary(n.idata, var_names=[var], round_to="none")

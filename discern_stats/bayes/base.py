@@ -6,9 +6,12 @@ settings, package versions, convergence diagnostics). ``load`` refuses a fit who
 differs from the data it is given (a report never shows a stale fit) unless
 ``allow_stale=True``; ``fit_or_load`` never refits unchanged data.
 
-Every fit is checked: max R-hat <= 1.01, min bulk and tail ESS >= 400, zero divergences. A
-failed check emits a `ConvergenceWarning` and sets ``diagnostics["ok"] = False``, which the
-summary and the reports show.
+Every fit is checked: max R-hat <= 1.01, min bulk and tail ESS >= 400, zero divergences over the
+reported parameters, and max R-hat <= 1.05, min ESS >= 100 over the nuisance parameters
+(intercepts, scales: ``nuisance_vars``; a looser gate, since nothing is reported from them, but a
+chain that has not mixed there has not mixed). A failed check emits a `ConvergenceWarning` and
+sets ``diagnostics["ok"] = False``; the summary (``converged``, ``gate_problems``) and the
+reports show it.
 """
 
 from __future__ import annotations
@@ -29,6 +32,8 @@ from ..store.tables import data_hash
 
 RHAT_MAX = 1.01
 ESS_MIN = 400
+NUISANCE_RHAT_MAX = 1.05
+NUISANCE_ESS_MIN = 100
 HDI_PROB = 0.94
 SAMPLERS = ("nutpie", "pymc", "numpyro", "blackjax", "gibbs")
 NUTS_TUNE = 1000  # default warm-up of the NUTS samplers
@@ -49,27 +54,38 @@ def versions() -> dict[str, str]:
     return out
 
 
-def check_convergence(idata: Any, var_names: list[str]) -> dict[str, Any]:
-    """R-hat / bulk ESS / tail ESS over ``var_names`` and divergences; loud on failure."""
+def check_convergence(idata: Any, var_names: list[str], rhat_max: float = RHAT_MAX,
+                      ess_min: float = ESS_MIN) -> dict[str, Any]:
+    """R-hat / bulk ESS / tail ESS over ``var_names`` and divergences, against ``rhat_max`` and ``ess_min``."""
     import arviz as az
     present = [v for v in var_names if v in idata["posterior"].data_vars]
     s = az.summary(idata, var_names=present, kind="diagnostics", round_to="none")
     div = int(np.asarray(idata["sample_stats"]["diverging"]).sum()) if "sample_stats" in idata.children else 0
     diag = {"max_rhat": float(s["r_hat"].max()), "min_ess_bulk": float(s["ess_bulk"].min()),
             "min_ess_tail": float(s["ess_tail"].min()), "divergences": div,
-            "thresholds": {"rhat_max": RHAT_MAX, "ess_min": ESS_MIN, "divergences": 0}}
+            "thresholds": {"rhat_max": rhat_max, "ess_min": ess_min, "divergences": 0}}
     problems = []
-    if not diag["max_rhat"] <= RHAT_MAX:
-        problems.append(f"max R-hat {diag['max_rhat']:.3f} > {RHAT_MAX}")
-    if not diag["min_ess_bulk"] >= ESS_MIN:
-        problems.append(f"min bulk ESS {diag['min_ess_bulk']:.0f} < {ESS_MIN}")
-    if not diag["min_ess_tail"] >= ESS_MIN:
-        problems.append(f"min tail ESS {diag['min_ess_tail']:.0f} < {ESS_MIN}")
+    if not diag["max_rhat"] <= rhat_max:
+        problems.append(f"max R-hat {diag['max_rhat']:.3f} > {rhat_max}")
+    if not diag["min_ess_bulk"] >= ess_min:
+        problems.append(f"min bulk ESS {diag['min_ess_bulk']:.0f} < {ess_min}")
+    if not diag["min_ess_tail"] >= ess_min:
+        problems.append(f"min tail ESS {diag['min_ess_tail']:.0f} < {ess_min}")
     if div:
         problems.append(f"{div} divergent transitions")
     diag["ok"] = not problems
     diag["problems"] = problems
     return diag
+
+
+def check_sampling_counts(*, draws: Any, tune: Any, chains: Any) -> None:
+    """The model's edge: draws and chains whole numbers >= 1, tune a whole number >= 0 (or None, the
+    sampler's default); anything else is one `InputError` line naming the setting, before any sampling."""
+    for name, value, least in (("draws", draws, 1), ("tune", tune, 0), ("chains", chains, 1)):
+        if name == "tune" and value is None:
+            continue
+        if isinstance(value, bool) or not isinstance(value, (int, np.integer)) or value < least:
+            raise InputError(f"{name} must be a whole number >= {least}, got {value!r}")
 
 
 class BayesModel:
@@ -79,7 +95,7 @@ class BayesModel:
     name: ClassVar[str] = "model"
     default_config: ClassVar[dict[str, Any]] = {}
     check_vars: ClassVar[list[str]] = []  # the convergence gate: every reported parameter
-    nuisance_vars: ClassVar[list[str]] = []  # diagnosed and recorded (diagnostics["nuisance"]), not gated
+    nuisance_vars: ClassVar[list[str]] = []  # gated at the looser level (diagnostics["nuisance"])
     default_fit: ClassVar[dict[str, Any]] = {}  # NUTS options (pm.sample keywords)
     default_sampler: ClassVar[str] = "nutpie"
     # draws needed relative to the other models for the same convergence gate (the demo scales its draws)
@@ -123,6 +139,7 @@ class BayesModel:
         ``numpyro`` or ``blackjax`` sample the PyMC model of `build` by NUTS (``kwargs`` go to
         ``pm.sample``; ``tune`` defaults to 1000); ``gibbs`` is the cue-weight models' own
         sampler (`discern_stats.bayes.logit_gibbs`; ``tune`` is burn-in, default 200)."""
+        check_sampling_counts(draws=draws, tune=tune, chains=chains)
         sampler = sampler or self.default_sampler
         if sampler not in SAMPLERS:
             raise InputError(f"unknown sampler {sampler!r}; use one of {', '.join(SAMPLERS)}")
@@ -145,9 +162,14 @@ class BayesModel:
                         "random_seed": random_seed, "wall_s": time.perf_counter() - t0, **kwargs, **stats}
         self.diagnostics = check_convergence(self.idata, self.check_vars)
         if self.nuisance_vars:
-            nuis = check_convergence(self.idata, self.nuisance_vars)
+            nuis = check_convergence(self.idata, self.nuisance_vars, NUISANCE_RHAT_MAX, NUISANCE_ESS_MIN)
+            nuis["problems"] = [p for p in nuis["problems"] if "divergent" not in p]  # counted once, above
             self.diagnostics["nuisance"] = {"vars": list(self.nuisance_vars), "problems": nuis["problems"],
+                                            "thresholds": nuis["thresholds"],
                                             **{k: nuis[k] for k in ("max_rhat", "min_ess_bulk", "min_ess_tail")}}
+            if nuis["problems"]:
+                self.diagnostics["problems"] += [f"nuisance parameters: {p}" for p in nuis["problems"]]
+                self.diagnostics["ok"] = False
         if not self.diagnostics["ok"]:
             warnings.warn(f"{self.name}: convergence checks FAILED: {'; '.join(self.diagnostics['problems'])}",
                           ConvergenceWarning, stacklevel=2)
@@ -163,6 +185,7 @@ class BayesModel:
             raise RuntimeError(f"{self.name}: fit() or load() first")
         t = self.summary_table()
         t["converged"] = bool(self.diagnostics.get("ok", False))
+        t["gate_problems"] = "; ".join(self.diagnostics.get("problems", []))
         return t
 
     def manifest(self) -> dict[str, Any]:

@@ -20,6 +20,15 @@ does; no step has an integrator, so there are no divergences):
    [p(theta') q(theta)] / [p(theta) q(theta')] with q = N(m, H^-1). With thousands of
    choices per LLM the conditional is close to Gaussian: acceptance is high and successive
    draws are close to independent.
+   With ``theta_tries`` > 1, every second try is autoregressive instead (preconditioned
+   Crank-Nicolson with the same Gaussian as reference; Cotter, Roberts, Stuart & White 2013,
+   "MCMC methods for functions", Stat. Sci. 28:424): theta' = m + rho (theta - m) +
+   sqrt(1 - rho^2) H^-1/2 z. That kernel is reversible with respect to N(m, H^-1), so its
+   acceptance ratio is the independence step's, [p(theta') q(theta)] / [p(theta) q(theta')].
+   An independence step alone sticks where the target's tails outweigh the Gaussian's: in the
+   53-parameter blocks of the intervention model (acceptance 0.6) runs of up to 40 rejections
+   left tail ESS at 163 of 2,000 draws; a local try moves off such points (rho = 0.5: tail ESS
+   700, bulk 719; benchmarks/BENCHMARKS.md).
 2. u[l, w] | theta, sigma, for every (LLM, world) group at once: the same, in one dimension,
    with Newton steps from 0.
 3. A translation move (Liu & Sabatti 2000, "Generalised Gibbs sampler and multigrid Monte
@@ -32,8 +41,19 @@ does; no step has an integrator, so there are no divergences):
    prior(sigma), an independence MH step with a Newton proposal as in 1). The centred step
    alone mixes slowly when each world has few choices.
 5. mu_j | theta, tau (conjugate normal) and tau_j | theta, mu (slice sampler on log tau).
+6. (mu, tau) interweaved (ASIS; Yu & Meng 2011): given z = (theta_pooled - mu) / tau, the
+   pooled columns are mu + tau z, and (mu, log tau) | z, rest has log density
+   loglik(mu + tau z) + log N(mu; 0, mu_sd) + tau_shape log tau - tau_rate tau (with the
+   Jacobian of log tau). An independence MH step updates all of them at once, its proposal the
+   Gaussian of one Newton step from a fixed start (as in 1; the curvature of the likelihood
+   from the per-LLM curvature in theta by the chain rule, theta_lj = mu_j + e^x_j z_lj). The
+   centred step 5 alone stalls when the LLMs barely differ (tau near 0): on 65 groups tau's
+   bulk ESS was 69-86 of 2,000 draws. ``interweave_pooled=False`` leaves this step out.
 
-Proposal starting points (1, 4) are fixed for the kept draws: the pilot mode (and half the
+The ``centered`` setting of `spec.HierarchicalGLM` concerns the PyMC build only: this sampler
+updates (mu, tau) in both parameterisations every sweep.
+
+Proposal starting points (1, 4, 6) are fixed for the kept draws: the pilot mode (and half the
 prior scale of sigma) until the middle of burn-in, then the mean of its second half. Only
 burn-in, which is discarded, sees them change.
 
@@ -212,6 +232,48 @@ def update_pooled(beta: np.ndarray, tau: np.ndarray, mu_sd: float, tau_shape: fl
     return mu, tau
 
 
+def _pooled_noncentred(theta, mu, tau, start, d: LogitDesign, cells: "_Cells", ug, ll, ll_new, rng):
+    """Step 6 of the module docstring, for every chain at once: returns theta (pooled columns at
+    mu' + tau' z where accepted), mu, tau, and the acceptance per chain (``ll_new`` then holds the
+    proposal's log-likelihood by group)."""
+    J = d.pooled
+    C, L, P = theta.shape
+    K = len(J)
+    z = (theta[..., J] - mu[:, None, :]) / tau[:, None, :]
+    ms, xs = start
+    ts = np.exp(xs)
+    at_start = theta.copy()
+    at_start[..., J] = ms[:, None, :] + ts[:, None, :] * z
+    grad, H = _theta_newton_terms(at_start, cells, ug, cells.gidx, np.zeros(P), np.zeros(P))  # likelihood only
+    gJ, HJ = grad[..., J], H[:, :, J][:, :, :, J]
+    # chain rule through theta_lj = mu_j + e^x_j z_lj (the curvature without the gradient term: a proposal)
+    g = np.concatenate([gJ.sum(1) - ms / d.mu_sd ** 2, ts * (gJ * z).sum(1) + d.tau_shape - d.tau_rate * ts], axis=1)
+    Hmm = HJ.sum(1) + np.eye(K) / d.mu_sd ** 2
+    Hmx = np.einsum("cljk,clk->cjk", HJ, z) * ts[:, None, :]
+    Hxx = np.einsum("clj,cljk,clk->cjk", z, HJ, z) * ts[:, :, None] * ts[:, None, :] + d.tau_rate * ts[:, :, None] * np.eye(K)
+    Hb = np.block([[Hmm, Hmx], [np.swapaxes(Hmx, 1, 2), Hxx]])
+    centre = np.concatenate([ms, xs], axis=1) + np.linalg.solve(Hb, g[..., None])[..., 0]
+    chol = np.linalg.cholesky(Hb)
+    prop = centre + np.linalg.solve(np.swapaxes(chol, -1, -2), rng.standard_normal((C, 2 * K))[..., None])[..., 0]
+    mu_p, x_p = prop[:, :K], prop[:, K:]
+    tau_p = np.exp(x_p)
+    theta_p = theta.copy()
+    theta_p[..., J] = mu_p[:, None, :] + tau_p[:, None, :] * z
+    _loglik_groups(_table(theta_p, cells), cells.lr, ug, cells.gidx, cells.k, cells.n, ll_new)
+
+    def log_prior(m_, x_):
+        return (-0.5 * m_ ** 2 / d.mu_sd ** 2 + d.tau_shape * x_ - d.tau_rate * np.exp(x_)).sum(-1)
+
+    cur = np.concatenate([mu, np.log(tau)], axis=1)
+    dq_new = np.einsum("ci,cij,cj->c", prop - centre, Hb, prop - centre)
+    dq_old = np.einsum("ci,cij,cj->c", cur - centre, Hb, cur - centre)
+    log_a = (ll_new.sum(1) + log_prior(mu_p, x_p) - ll.sum(1) - log_prior(mu, np.log(tau))
+             + 0.5 * (dq_new - dq_old))
+    ok = np.log(rng.random(C)) < log_a
+    return (np.where(ok[:, None, None], theta_p, theta), np.where(ok[:, None], mu_p, mu),
+            np.where(ok[:, None], tau_p, tau), ok)
+
+
 class _Cells:
     """Sweep-invariant arrays: cells sorted by (LLM, world) group; the distinct (LLM, design row)
     pairs, so that a linear predictor is computed once per pair (few pairs when the design has a
@@ -308,9 +370,188 @@ def _theta_newton_terms(theta, cells: _Cells, ug, gidx, prec, mean):
     return grad, H
 
 
+@dataclass
+class _State:
+    """The sampler's state, every chain at once (leading axis: chain)."""
+
+    theta: np.ndarray  # chain x LLM x design column: the coefficients
+    mu: np.ndarray  # chain x pooled column: the pooled columns' mean
+    tau: np.ndarray  # chain x pooled column: their between-LLM SD
+    sigma: np.ndarray  # chain x LLM: the world effects' SD
+    group_u: np.ndarray  # chain x (LLM, world) group with cells: its world effect (0 without world effects)
+    u: np.ndarray  # chain x LLM x world: every world effect (prior draws for worlds an LLM never saw)
+    loglik: np.ndarray  # chain x (LLM, world) group: the log-likelihood of the current state
+
+
+@dataclass
+class _Starts:
+    """Where the Newton proposals start (fixed for the kept draws; module docstring)."""
+
+    theta: np.ndarray
+    sigma: np.ndarray
+    mu: np.ndarray
+    log_tau: np.ndarray
+
+
+def _theta_prior(s: _State, d: LogitDesign) -> tuple[np.ndarray, np.ndarray]:
+    """Prior precision and mean of every theta entry (chain x LLM x column): fixed, or N(mu, tau)."""
+    shape = s.theta.shape
+    prec = np.broadcast_to(1.0 / d.prior_sd ** 2, shape).copy()
+    mean = np.broadcast_to(d.prior_mean, shape).copy()
+    prec[..., d.pooled] = (1.0 / s.tau ** 2)[:, None, :]
+    mean[..., d.pooled] = s.mu[:, None, :]
+    return prec, mean
+
+
+def _start_state(d: LogitDesign, cells: "_Cells", theta0: np.ndarray, n_chain: int, overdispersed: float,
+                 rng: np.random.Generator) -> _State:
+    """theta at the pilot mode, mu at its pooled columns, tau at its prior mean, u = 0; with
+    ``overdispersed`` each chain starts elsewhere (see `logit_gibbs`)."""
+    n_llm, n_param = d.n_llm, d.A.shape[1]
+    n_pooled, n_group = len(d.pooled), len(cells.gstart)
+    theta = np.broadcast_to(theta0, (n_chain, n_llm, n_param)).copy()
+    mu = theta0[:, d.pooled].mean(axis=0) + 0.1 * rng.standard_normal((n_chain, n_pooled))
+    s = _State(theta=theta, mu=mu, tau=np.full((n_chain, n_pooled), d.tau_shape / d.tau_rate),
+               sigma=np.full((n_chain, n_llm), 0.5 * d.sigma_sd), group_u=np.zeros((n_chain, n_group)),
+               u=np.zeros((n_chain, n_llm, d.n_world)), loglik=np.empty((n_chain, n_group)))
+    if overdispersed:
+        # theta: a draw from the Laplace approximation at the pilot mode with its spread times
+        # ``overdispersed``: apart, yet not so far into its tails that an independence step never leaves
+        s.tau = rng.gamma(d.tau_shape, 1.0 / d.tau_rate, size=(n_chain, n_pooled))
+        prec, mean = _theta_prior(s, d)
+        grad, H = _theta_newton_terms(s.theta, cells, s.group_u, cells.gidx, prec, mean)
+        centre = s.theta + np.linalg.solve(H, grad[..., None])[..., 0]
+        chol = np.linalg.cholesky(H)
+        s.theta = centre + overdispersed * np.linalg.solve(
+            np.swapaxes(chol, -1, -2), rng.standard_normal(s.theta.shape)[..., None])[..., 0]
+        s.sigma = s.sigma * rng.uniform(0.5, 1.5, size=(n_chain, n_llm))
+    _loglik_groups(_table(s.theta, cells), cells.lr, s.group_u, cells.gidx, cells.k, cells.n, s.loglik)
+    return s
+
+
+def _step_theta(s: _State, d: LogitDesign, cells: "_Cells", start: np.ndarray, newton: int, tries: int, rho_odd: float,
+                scratch: np.ndarray, rng: np.random.Generator) -> np.ndarray:
+    """Step 1: theta | u, mu, tau by MH with the Gaussian of ``newton`` Newton steps from ``start``;
+    ``tries`` proposals, the odd ones autoregressive. Returns the acceptance (chain x LLM, mean over tries)."""
+    prec, mean = _theta_prior(s, d)
+    centre = start
+    for _ in range(newton):
+        grad, H = _theta_newton_terms(centre, cells, s.group_u, cells.gidx, prec, mean)
+        centre = centre + np.linalg.solve(H, grad[..., None])[..., 0]
+    chol = np.linalg.cholesky(H)  # H = chol chol'; draw centre + chol'^-1 z
+    accepted = np.zeros(s.theta.shape[:2])
+    for tr in range(tries):  # repeated MH steps, each leaving p(theta | u) invariant
+        # even tries: independence proposal; odd tries: autoregressive (rho > 0), local to theta
+        rho = rho_odd if tr % 2 == 1 else 0.0
+        step = np.linalg.solve(np.swapaxes(chol, -1, -2), rng.standard_normal(s.theta.shape)[..., None])[..., 0]
+        prop = centre + rho * (s.theta - centre) + np.sqrt(1.0 - rho ** 2) * step
+        _loglik_groups(_table(prop, cells), cells.lr, s.group_u, cells.gidx, cells.k, cells.n, scratch)
+        lp_new = np.add.reduceat(scratch, cells.glstart, axis=1) - 0.5 * (prec * (prop - mean) ** 2).sum(-1)
+        lp_old = np.add.reduceat(s.loglik, cells.glstart, axis=1) - 0.5 * (prec * (s.theta - mean) ** 2).sum(-1)
+        dq_new = np.einsum("clp,clpq,clq->cl", prop - centre, H, prop - centre)
+        dq_old = np.einsum("clp,clpq,clq->cl", s.theta - centre, H, s.theta - centre)
+        log_a = lp_new - lp_old + 0.5 * (dq_new - dq_old)  # the same ratio for any rho (module docstring, 1.)
+        ok = np.log(rng.random(accepted.shape)) < log_a
+        s.theta = np.where(ok[..., None], prop, s.theta)
+        s.loglik = np.where(ok[:, cells.gl], scratch, s.loglik)
+        accepted += ok / tries
+    return accepted
+
+
+def _step_world_effects(s: _State, d: LogitDesign, cells: "_Cells", newton: int, scratch: np.ndarray,
+                        rng: np.random.Generator) -> np.ndarray:
+    """Step 2: u | theta, sigma, independence MH per world group with a Newton proposal from 0;
+    then the worlds an LLM never saw from their prior. Returns the acceptance (chain: mean over groups)."""
+    n_chain, n_group = s.group_u.shape
+    tab = _table(s.theta, cells)
+    iv2 = 1.0 / s.sigma[:, cells.gl] ** 2
+    centre = np.zeros((n_chain, n_group))
+    for _ in range(newton):
+        res = np.zeros((n_chain, n_group))
+        h = np.zeros((n_chain, n_group))
+        _sums_by(tab, cells.lr, centre, cells.gidx, cells.gidx, cells.k, cells.n, res, h)
+        h += iv2
+        centre = centre + (res - iv2 * centre) / h
+    prop = centre + rng.standard_normal((n_chain, n_group)) / np.sqrt(h)
+    _loglik_groups(tab, cells.lr, prop, cells.gidx, cells.k, cells.n, scratch)
+    log_a = (scratch - 0.5 * iv2 * prop ** 2 - s.loglik + 0.5 * iv2 * s.group_u ** 2
+             + 0.5 * h * ((prop - centre) ** 2 - (s.group_u - centre) ** 2))
+    ok = np.log(rng.random((n_chain, n_group))) < log_a
+    s.group_u = np.where(ok, prop, s.group_u)
+    s.loglik = np.where(ok, scratch, s.loglik)
+    s.u = s.sigma[:, :, None] * rng.standard_normal(s.u.shape)  # worlds an LLM never saw: prior
+    s.u[:, cells.gl, cells.gw] = s.group_u
+    return ok.mean(axis=1)
+
+
+def _step_translate(s: _State, d: LogitDesign, cells: "_Cells", rng: np.random.Generator) -> None:
+    """Step 3: alpha[l] + c, u[l] - c (every eta unchanged), c | rest Gaussian from the priors."""
+    if not len(d.intercepts):
+        return
+    n_world = s.u.shape[2]
+    prior_prec = 1.0 / d.prior_sd[d.intercepts] ** 2
+    alpha = s.theta[..., d.intercepts]
+    cprec = prior_prec.sum() + n_world / s.sigma ** 2
+    cmean = (((d.prior_mean[d.intercepts] - alpha) * prior_prec).sum(-1) + s.u.sum(axis=2) / s.sigma ** 2) / cprec
+    shift = cmean + rng.standard_normal(s.sigma.shape) / np.sqrt(cprec)
+    s.theta[..., d.intercepts] += shift[..., None]
+    s.u -= shift[..., None]
+    s.group_u = s.u[:, cells.gl, cells.gw]
+
+
+def _step_sigma_centred(s: _State, d: LogitDesign, rng: np.random.Generator) -> None:
+    """Step 4a: sigma | u, slice sampler on x = log sigma:
+    log p(x) = -e^2x / (2 s0^2) - W x - SS e^-2x / 2 + x."""
+    n_world = s.u.shape[2]
+    ss = (s.u ** 2).sum(axis=2)
+    s2 = d.sigma_sd ** 2
+    s.sigma = np.exp(_slice_log(lambda x: -np.exp(2 * x) / (2 * s2) - (n_world - 1) * x - 0.5 * ss * np.exp(-2 * x),
+                                np.log(s.sigma), 1.0, rng))
+
+
+def _step_sigma_noncentred(s: _State, d: LogitDesign, cells: "_Cells", start: np.ndarray, newton: int,
+                           scratch: np.ndarray, rng: np.random.Generator) -> np.ndarray:
+    """Step 4b: sigma | z = u / sigma, theta (interweaving): independence MH with a Newton proposal
+    of log p(sigma | z) = loglik(e + sigma z) - sigma^2 / (2 s0^2). Returns acceptance (chain x LLM)."""
+    z = s.u / s.sigma[..., None]
+    zg = z[:, cells.gl, cells.gw]
+    tab = _table(s.theta, cells)  # intercepts moved in step 3
+    s2 = d.sigma_sd ** 2
+    centre = start
+    for _ in range(newton):
+        res = np.zeros(s.sigma.shape)
+        hs = np.zeros(s.sigma.shape)
+        _sums_by_llm_scaled(tab, cells.lr, centre, zg, cells.gidx, cells.l, cells.k, cells.n, res, hs)
+        hs += 1.0 / s2
+        centre = centre + (res - centre / s2) / hs
+    prop = centre + rng.standard_normal(s.sigma.shape) / np.sqrt(hs)
+    pos = prop > 0  # the target is 0 below 0: such proposals are rejected
+    prop = np.where(pos, prop, s.sigma)
+    _loglik_groups(tab, cells.lr, prop[:, cells.gl] * zg, cells.gidx, cells.k, cells.n, scratch)
+    log_a = (np.add.reduceat(scratch, cells.glstart, axis=1) - 0.5 * prop ** 2 / s2
+             - np.add.reduceat(s.loglik, cells.glstart, axis=1) + 0.5 * s.sigma ** 2 / s2
+             + 0.5 * hs * ((prop - centre) ** 2 - (s.sigma - centre) ** 2))
+    ok = pos & (np.log(rng.random(s.sigma.shape)) < log_a)
+    s.sigma = np.where(ok, prop, s.sigma)
+    s.loglik = np.where(ok[:, cells.gl], scratch, s.loglik)
+    s.u = s.sigma[..., None] * z
+    s.group_u = s.u[:, cells.gl, cells.gw]
+    return ok
+
+
+def _step_pooled_noncentred(s: _State, d: LogitDesign, cells: "_Cells", start, scratch: np.ndarray,
+                            rng: np.random.Generator) -> np.ndarray:
+    """Step 6: (mu, log tau) | z (`_pooled_noncentred`). Returns the acceptance (chain)."""
+    s.theta, s.mu, s.tau, ok = _pooled_noncentred(s.theta, s.mu, s.tau, start, d, cells, s.group_u, s.loglik,
+                                                  scratch, rng)
+    s.loglik = np.where(ok[:, None], scratch, s.loglik)
+    return ok
+
+
 def logit_gibbs(design: LogitDesign, *, draws: int = 1000, tune: int = 100, chains: int = 4,
                 random_seed: int | None = 0, newton_theta: int = 1, theta_tries: int = 1, newton_u: int = 1,
-                newton_sigma: int = 1, overdispersed: float = 1.3, keep_u: bool = True,
+                newton_sigma: int = 1, overdispersed: float = 1.3, keep_u: bool = True, theta_rho: float = 0.5,
+                interweave_pooled: bool = True,
                 progress: Callable[[int, int], None] | None = None) -> dict[str, np.ndarray]:
     """Sample the posterior of ``design``'s model (see the module docstring).
 
@@ -323,7 +564,8 @@ def logit_gibbs(design: LogitDesign, *, draws: int = 1000, tune: int = 100, chai
     kept draw). ``newton_theta``, ``newton_u`` and ``newton_sigma`` set the Newton steps behind
     the proposals (more: higher acceptance, one pass over the cells each); ``theta_tries``
     repeats the theta step with fresh proposals from the same Gaussian (one pass each), for
-    large blocks whose acceptance is low. ``overdispersed`` (default 1.3; 0 = off) starts each
+    large blocks whose acceptance is low; every second try is autoregressive with correlation
+    ``theta_rho`` (0 <= rho < 1; 0 makes every try an independence step). ``overdispersed`` (default 1.3; 0 = off) starts each
     chain's state away from the pilot mode: theta drawn from the Laplace approximation there with
     its spread multiplied by this factor, tau from its prior, sigma scaled by a uniform (0.5, 1.5)
     factor, so that R-hat compares chains that began apart (Gelman & Rubin 1992); the proposals
@@ -336,161 +578,74 @@ def logit_gibbs(design: LogitDesign, *, draws: int = 1000, tune: int = 100, chai
         raise ValueError("logit_gibbs needs draws >= 1, tune >= 0 and chains >= 1")
     if min(newton_theta, theta_tries, newton_u, newton_sigma) < 1:
         raise ValueError("logit_gibbs needs newton_theta, theta_tries, newton_u and newton_sigma >= 1")
+    if not 0.0 <= theta_rho < 1.0:
+        raise ValueError(f"logit_gibbs needs 0 <= theta_rho < 1, got {theta_rho}")
     d = design
     cells = _Cells(d)
     rng = np.random.default_rng(random_seed)
-    C, L, W, P = chains, d.n_llm, d.n_world, d.A.shape[1]
-    G = len(cells.gstart)
-    K = len(d.pooled)
     theta0 = _pilot(d, cells)
-    fixed_prec = 1.0 / d.prior_sd ** 2
+    s = _start_state(d, cells, theta0, chains, overdispersed, rng)
+    n_chain, n_llm, n_world, n_param = s.theta.shape[0], d.n_llm, d.n_world, d.A.shape[1]
+    n_pooled = len(d.pooled)
     we = d.world_effects
-    gidx = cells.gidx
-    # state: theta at the pilot mode, mu at its pooled columns, tau at its prior mean, u = 0; with
-    # ``overdispersed`` each chain starts elsewhere (see the docstring)
-    theta = np.broadcast_to(theta0, (C, L, P)).copy()
-    mu = theta0[:, d.pooled].mean(axis=0) + 0.1 * rng.standard_normal((C, K))
-    tau = np.full((C, K), d.tau_shape / d.tau_rate)
-    sigma = np.full((C, L), 0.5 * d.sigma_sd)
-    ug = np.zeros((C, G))  # world effects of the (LLM, world) groups with cells; stay 0 without them
-    u = np.zeros((C, L, W))
-    if overdispersed:
-        # theta: a draw from the Laplace approximation at the pilot mode with its spread times
-        # ``overdispersed``: apart, yet not so far into its tails that an independence step never leaves
-        tau = rng.gamma(d.tau_shape, 1.0 / d.tau_rate, size=(C, K))
-        prec = np.broadcast_to(1.0 / d.prior_sd ** 2, (C, L, P)).copy()
-        mean = np.broadcast_to(d.prior_mean, (C, L, P)).copy()
-        prec[..., d.pooled] = (1.0 / tau ** 2)[:, None, :]
-        mean[..., d.pooled] = mu[:, None, :]
-        grad, H = _theta_newton_terms(theta, cells, ug, cells.gidx, prec, mean)
-        centre = theta + np.linalg.solve(H, grad[..., None])[..., 0]
-        chol = np.linalg.cholesky(H)
-        theta = centre + overdispersed * np.linalg.solve(np.swapaxes(chol, -1, -2), rng.standard_normal((C, L, P))[..., None])[..., 0]
-        sigma = sigma * rng.uniform(0.5, 1.5, size=(C, L))
-    ll = np.empty((C, G))  # log-likelihood of the current state, by group
-    _loglik_groups(_table(theta, cells), cells.lr, ug, gidx, cells.k, cells.n, ll)
-    out = {"theta": np.empty((C, draws, L, P)), "mu": np.empty((C, draws, K)), "tau": np.empty((C, draws, K))}
+    out = {"theta": np.empty((n_chain, draws, n_llm, n_param)), "mu": np.empty((n_chain, draws, n_pooled)),
+           "tau": np.empty((n_chain, draws, n_pooled))}
     if we:
-        out["sigma"] = np.empty((C, draws, L))
+        out["sigma"] = np.empty((n_chain, draws, n_llm))
         if keep_u:
-            out["u"] = np.empty((C, draws, L, W))
-    acc_theta = np.zeros((C, L))
-    acc_u = np.zeros(C)
-    acc_sigma = np.zeros((C, L))
-    ll_new = np.empty((C, G))
+            out["u"] = np.empty((n_chain, draws, n_llm, n_world))
+    acc = {"theta": np.zeros((n_chain, n_llm)), "u": np.zeros(n_chain), "sigma": np.zeros((n_chain, n_llm)),
+           "pooled": np.zeros(n_chain)}
+    scratch = np.empty_like(s.loglik)  # the log-likelihood of a proposal, by group
     # proposal starting points: the pilot, then (frozen for the kept draws) the mean of the
     # second half of burn-in; a fixed start keeps the proposals independent of the current state
-    start_theta = np.broadcast_to(theta0, (C, L, P)).copy()
-    start_sigma = np.full((C, L), 0.5 * d.sigma_sd)
-    run_theta, run_sigma, n_run = np.zeros((C, L, P)), np.zeros((C, L)), 0
+    start = _Starts(theta=np.broadcast_to(theta0, s.theta.shape).copy(), sigma=np.full((n_chain, n_llm), 0.5 * d.sigma_sd),
+                    mu=s.mu, log_tau=np.log(s.tau))
+    running = _Starts(theta=np.zeros_like(s.theta), sigma=np.zeros((n_chain, n_llm)), mu=np.zeros_like(s.mu),
+                      log_tau=np.zeros_like(s.tau))
+    n_run = 0
     total = tune + draws
     for it in range(total):
+        kept = it >= tune
         if it == tune and n_run:
-            start_theta, start_sigma = run_theta / n_run, run_sigma / n_run
-        # 1. theta | u: independence MH with a Newton proposal from the fixed start
-        prec = np.broadcast_to(fixed_prec, (C, L, P)).copy()
-        mean = np.broadcast_to(d.prior_mean, (C, L, P)).copy()
-        prec[..., d.pooled] = (1.0 / tau ** 2)[:, None, :]
-        mean[..., d.pooled] = mu[:, None, :]
-        m = start_theta
-        for _ in range(newton_theta):
-            grad, H = _theta_newton_terms(m, cells, ug, gidx, prec, mean)
-            m = m + np.linalg.solve(H, grad[..., None])[..., 0]
-        chol = np.linalg.cholesky(H)  # H = chol chol'; draw m + chol'^-1 z
-        for _ in range(theta_tries):  # repeated independence MH steps, each leaving p(theta | u) invariant
-            prop = m + np.linalg.solve(np.swapaxes(chol, -1, -2), rng.standard_normal((C, L, P))[..., None])[..., 0]
-            _loglik_groups(_table(prop, cells), cells.lr, ug, gidx,
-                           cells.k, cells.n, ll_new)
-            lp_new = np.add.reduceat(ll_new, cells.glstart, axis=1) - 0.5 * (prec * (prop - mean) ** 2).sum(-1)
-            lp_old = np.add.reduceat(ll, cells.glstart, axis=1) - 0.5 * (prec * (theta - mean) ** 2).sum(-1)
-            dq_new = np.einsum("clp,clpq,clq->cl", prop - m, H, prop - m)
-            dq_old = np.einsum("clp,clpq,clq->cl", theta - m, H, theta - m)
-            log_a = lp_new - lp_old + 0.5 * (dq_new - dq_old)
-            ok = np.log(rng.random((C, L))) < log_a
-            theta = np.where(ok[..., None], prop, theta)
-            ll = np.where(ok[:, cells.gl], ll_new, ll)
-            if it >= tune:
-                acc_theta += ok / theta_tries
+            start = _Starts(theta=running.theta / n_run, sigma=running.sigma / n_run, mu=running.mu / n_run,
+                            log_tau=running.log_tau / n_run)
+        acc_theta = _step_theta(s, d, cells, start.theta, newton_theta, theta_tries, theta_rho, scratch, rng)
         if we:
-            # 2. u | theta: independence MH per world group, Newton proposal from 0
-            tab = _table(theta, cells)
-            iv2 = 1.0 / sigma[:, cells.gl] ** 2
-            mg = np.zeros((C, G))
-            for _ in range(newton_u):
-                res = np.zeros((C, G))
-                h = np.zeros((C, G))
-                _sums_by(tab, cells.lr, mg, gidx, gidx, cells.k, cells.n, res, h)
-                h += iv2
-                mg = mg + (res - iv2 * mg) / h
-            up = mg + rng.standard_normal((C, G)) / np.sqrt(h)
-            _loglik_groups(tab, cells.lr, up, gidx, cells.k, cells.n, ll_new)
-            log_a = (ll_new - 0.5 * iv2 * up ** 2 - ll + 0.5 * iv2 * ug ** 2
-                     + 0.5 * h * ((up - mg) ** 2 - (ug - mg) ** 2))
-            ok = np.log(rng.random((C, G))) < log_a
-            ug = np.where(ok, up, ug)
-            ll = np.where(ok, ll_new, ll)
-            if it >= tune:
-                acc_u += ok.mean(axis=1)
-            u = sigma[:, :, None] * rng.standard_normal((C, L, W))  # worlds an LLM never saw: prior
-            u[:, cells.gl, cells.gw] = ug
-            # 3. translation move: alpha[l] + c, u[l] - c (every eta unchanged)
-            if len(d.intercepts):
-                pa = fixed_prec[d.intercepts]
-                a = theta[..., d.intercepts]
-                cprec = pa.sum() + W / sigma ** 2
-                cmean = (((d.prior_mean[d.intercepts] - a) * pa).sum(-1) + u.sum(axis=2) / sigma ** 2) / cprec
-                shift = cmean + rng.standard_normal((C, L)) / np.sqrt(cprec)
-                theta[..., d.intercepts] += shift[..., None]
-                u -= shift[..., None]
-                ug = u[:, cells.gl, cells.gw]
-            # 4a. sigma | u: log p(x = log sigma) = -e^2x / (2 s0^2) - W x - SS e^-2x / 2 + x
-            ss = (u ** 2).sum(axis=2)
-            s2 = d.sigma_sd ** 2
-            sigma = np.exp(_slice_log(lambda x: -np.exp(2 * x) / (2 * s2) - (W - 1) * x - 0.5 * ss * np.exp(-2 * x),
-                                      np.log(sigma), 1.0, rng))
-            # 4b. sigma | z = u / sigma, theta (non-centred; interweaving): independence MH with a
-            # Newton proposal of log p(sigma | z) = loglik(e + sigma z) - sigma^2 / (2 s0^2)
-            z = u / sigma[..., None]
-            zg = z[:, cells.gl, cells.gw]
-            tab = _table(theta, cells)  # intercepts moved in step 3
-            ms = start_sigma
-            for _ in range(newton_sigma):
-                res = np.zeros((C, L))
-                hs = np.zeros((C, L))
-                _sums_by_llm_scaled(tab, cells.lr, ms, zg, gidx, cells.l, cells.k, cells.n, res, hs)
-                hs += 1.0 / s2
-                ms = ms + (res - ms / s2) / hs
-            sp = ms + rng.standard_normal((C, L)) / np.sqrt(hs)
-            pos = sp > 0  # the target is 0 below 0: such proposals are rejected
-            sp_safe = np.where(pos, sp, sigma)
-            _loglik_groups(tab, cells.lr, sp_safe[:, cells.gl] * zg, gidx, cells.k, cells.n, ll_new)
-            log_a = (np.add.reduceat(ll_new, cells.glstart, axis=1) - 0.5 * sp_safe ** 2 / s2
-                     - np.add.reduceat(ll, cells.glstart, axis=1) + 0.5 * sigma ** 2 / s2
-                     + 0.5 * hs * ((sp_safe - ms) ** 2 - (sigma - ms) ** 2))
-            ok = pos & (np.log(rng.random((C, L))) < log_a)
-            if it >= tune:
-                acc_sigma += ok
-            sigma = np.where(ok, sp_safe, sigma)
-            ll = np.where(ok[:, cells.gl], ll_new, ll)
-            u = sigma[..., None] * z
-            ug = u[:, cells.gl, cells.gw]
+            acc_u = _step_world_effects(s, d, cells, newton_u, scratch, rng)
+            _step_translate(s, d, cells, rng)
+            _step_sigma_centred(s, d, rng)
+            acc_sigma = _step_sigma_noncentred(s, d, cells, start.sigma, newton_sigma, scratch, rng)
         # 5. mu | beta, tau and tau | beta, mu
-        mu, tau = update_pooled(theta[..., d.pooled], tau, d.mu_sd, d.tau_shape, d.tau_rate, rng)
+        s.mu, s.tau = update_pooled(s.theta[..., d.pooled], s.tau, d.mu_sd, d.tau_shape, d.tau_rate, rng)
+        if n_pooled and interweave_pooled:
+            if it < tune // 2:  # burn-in only: step 6 starts from the current state
+                start.mu, start.log_tau = s.mu, np.log(s.tau)
+            acc_pooled = _step_pooled_noncentred(s, d, cells, (start.mu, start.log_tau), scratch, rng)
         if tune // 2 <= it < tune:
-            run_theta += theta
-            run_sigma += sigma
+            running.theta += s.theta
+            running.sigma += s.sigma
+            running.mu += s.mu
+            running.log_tau += np.log(s.tau)
             n_run += 1
-        if it >= tune:
+        if kept:
             j = it - tune
-            out["theta"][:, j], out["mu"][:, j], out["tau"][:, j] = theta, mu, tau
+            acc["theta"] += acc_theta
+            out["theta"][:, j], out["mu"][:, j], out["tau"][:, j] = s.theta, s.mu, s.tau
+            if n_pooled and interweave_pooled:
+                acc["pooled"] += acc_pooled
             if we:
-                out["sigma"][:, j] = sigma
+                acc["u"] += acc_u
+                acc["sigma"] += acc_sigma
+                out["sigma"][:, j] = s.sigma
                 if keep_u:
-                    out["u"][:, j] = u
+                    out["u"][:, j] = s.u
         if progress is not None:
             progress(it + 1, total)
-    out["accept_theta"] = acc_theta / draws
+    out["accept_theta"] = acc["theta"] / draws
+    if n_pooled and interweave_pooled:
+        out["accept_pooled"] = acc["pooled"] / draws
     if we:
-        out["accept_u"] = acc_u / draws
-        out["accept_sigma"] = acc_sigma / draws
+        out["accept_u"] = acc["u"] / draws
+        out["accept_sigma"] = acc["sigma"] / draws
     return out

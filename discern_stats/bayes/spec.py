@@ -56,7 +56,7 @@ class HierarchicalGLM:
     tau_rate: float = 5.0
     sigma_sd: float = 1.0
     resid_sd: float = 1.0
-    centered: bool = True
+    centered: bool = True  # the PyMC build's parameterisation; both Gibbs samplers interweave the two
     names: dict[str, str] = field(default_factory=dict)  # mu, tau, sigma, z, z_pooled, loglik, resid
 
     def __post_init__(self) -> None:
