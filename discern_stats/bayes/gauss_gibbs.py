@@ -37,11 +37,12 @@ from typing import Callable
 import numpy as np
 from scipy import special
 
+from .hyperpriors import PoolingPriors
 from .logit_gibbs import _slice_log, update_pooled
 
 
 @dataclass
-class GaussDesign:
+class GaussDesign(PoolingPriors):
     A: np.ndarray
     unit: np.ndarray
     group: np.ndarray
@@ -52,10 +53,6 @@ class GaussDesign:
     prior_sd: np.ndarray
     pooled: np.ndarray
     intercepts: np.ndarray
-    mu_sd: float = 2.5
-    tau_shape: float = 5.0
-    tau_rate: float = 5.0
-    sigma_sd: float = 1.0
     resid_sd: float = 1.0
     group_effects: bool = True
 

@@ -69,9 +69,11 @@ from typing import Callable
 import numba
 import numpy as np
 
+from .hyperpriors import PoolingPriors
+
 
 @dataclass
-class LogitDesign:
+class LogitDesign(PoolingPriors):
     """Cells of a hierarchical logistic model in the sampler's parameter layout.
 
     ``A`` (cells x P) is each cell's design row, in a parameter layout common to every LLM;
@@ -91,10 +93,6 @@ class LogitDesign:
     prior_sd: np.ndarray
     pooled: np.ndarray
     intercepts: np.ndarray
-    mu_sd: float = 2.5
-    tau_shape: float = 5.0
-    tau_rate: float = 5.0
-    sigma_sd: float = 1.0
     world_effects: bool = True
 
     def __post_init__(self) -> None:

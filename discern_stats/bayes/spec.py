@@ -25,6 +25,8 @@ from typing import Any, Callable
 
 import numpy as np
 
+from .hyperpriors import PoolingPriors
+
 
 @dataclass(frozen=True)
 class Block:
@@ -40,7 +42,7 @@ class Block:
 
 
 @dataclass
-class HierarchicalGLM:
+class HierarchicalGLM(PoolingPriors):
     family: str  # "binomial" or "normal"
     unit: str  # the coordinate name of the unit axis
     coords: dict[str, list[Any]]  # every dim named by the unit, the blocks and the group effect
@@ -51,10 +53,6 @@ class HierarchicalGLM:
     n: np.ndarray | None = None  # binomial trials per cell
     group: str | None = None  # coordinate name of the group effect (None: no group effects)
     group_index: np.ndarray | None = None
-    mu_sd: float = 2.5
-    tau_shape: float = 5.0
-    tau_rate: float = 5.0
-    sigma_sd: float = 1.0
     resid_sd: float = 1.0
     centered: bool = True  # the PyMC build's parameterisation; both Gibbs samplers interweave the two
     names: dict[str, str] = field(default_factory=dict)  # mu, tau, sigma, z, z_pooled, loglik, resid
@@ -147,9 +145,8 @@ class HierarchicalGLM:
         has_g = self.group is not None
         return LogitDesign(A=self.A, llm=self.unit_index, world=self.group_index if has_g else np.zeros(len(self.A), int),
                            k=self.y, n=self.n, n_llm=self.n_unit, n_world=len(self.coords[self.group]) if has_g else 1,
-                           prior_mean=mean, prior_sd=sd, pooled=pooled, intercepts=intercepts, mu_sd=self.mu_sd,
-                           tau_shape=self.tau_shape, tau_rate=self.tau_rate, sigma_sd=self.sigma_sd,
-                           world_effects=has_g)
+                           prior_mean=mean, prior_sd=sd, pooled=pooled, intercepts=intercepts,
+                           world_effects=has_g, **self.pooling_priors())
 
     def gauss_design(self):
         """The normal model in the layout of `gauss_gibbs`."""
@@ -158,9 +155,8 @@ class HierarchicalGLM:
         has_g = self.group is not None
         return GaussDesign(A=self.A, unit=self.unit_index, group=self.group_index if has_g else np.zeros(len(self.A), int),
                            y=self.y, n_unit=self.n_unit, n_group=len(self.coords[self.group]) if has_g else 1,
-                           prior_mean=mean, prior_sd=sd, pooled=pooled, intercepts=intercepts, mu_sd=self.mu_sd,
-                           tau_shape=self.tau_shape, tau_rate=self.tau_rate, sigma_sd=self.sigma_sd,
-                           resid_sd=self.resid_sd, group_effects=has_g)
+                           prior_mean=mean, prior_sd=sd, pooled=pooled, intercepts=intercepts,
+                           resid_sd=self.resid_sd, group_effects=has_g, **self.pooling_priors())
 
     def sample(self, *, draws: int, tune: int, chains: int, random_seed: int, keep_group_effects: bool = True,
                progress: Callable[[int, int], None] | None = None, **kwargs: Any) -> tuple[dict, dict, dict]:
