@@ -527,23 +527,16 @@ def fit_cmd(model: str = typer.Argument(..., help="cue, discernment or intervent
     (or `discern-stats fit cue --sampler nutpie` to sample the PyMC model by NUTS)
     """
     import warnings
-    from .bayes import DESIGN_OF, MODELS
+    from .bayes import DESIGN_OF, MODELS, fit as fit_model
     if model not in MODELS:
         raise InputError(f"unknown model {model!r}; expected one of {', '.join(MODELS)}")
     df = _finished_trials(db, DESIGN_OF[model])
-    cls = MODELS[model]
     if draws is None:
-        draws = 1000 * cls.draws_factor  # the demo's draws (a model that needs more for its gate says so)
+        draws = 1000 * MODELS[model].draws_factor  # the demo's draws (a model that needs more for its gate says so)
     fit_kwargs = {"draws": draws, "tune": tune, "chains": chains, "sampler": sampler, "random_seed": seed}
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
-        if refit:
-            m = cls(df)
-            m.fit(**fit_kwargs)
-            m.save(models_dir)
-            m.reuse_note = "fitted: --refit"
-        else:
-            m = cls.fit_or_load(df, models_dir, fit_kwargs=fit_kwargs)
+        m = fit_model(model, df, models_dir, refit=refit, fit_kwargs=fit_kwargs)
     if m.reused:
         console.print(m.reuse_note, soft_wrap=True)
     else:

@@ -51,3 +51,23 @@ def test_explicit_settings_are_passed_through(monkeypatch, tmp_path):
     """A negative control: the recorder sees what the command line says."""
     got = _fit_settings(monkeypatch, tmp_path, "cue", ["--draws", "17", "--chains", "3"])
     assert got["draws"] == 17 and got["chains"] == 3
+
+
+def test_refit_fits_and_saves_through_the_one_fit_function(monkeypatch, tmp_path):
+    """`fit --refit` goes through `discern_stats.bayes.fit` (the one refit branch): the model is fitted
+    with the command's settings and saved, never loaded."""
+    from typer.testing import CliRunner
+    seen = {}
+
+    class Stop(Exception):
+        pass
+
+    cls = MODELS["cue"]
+    monkeypatch.setattr(cli, "_finished_trials", lambda db, design: None)
+    monkeypatch.setattr(cls, "__init__", lambda self, df, **config: None)
+    monkeypatch.setattr(cls, "fit", lambda self, **kw: seen.update(kw))
+    monkeypatch.setattr(cls, "save", lambda self, folder: seen.update(saved=str(folder)) or (_ for _ in ()).throw(Stop()))
+    monkeypatch.setattr(cls, "fit_or_load", classmethod(lambda *a, **k: (_ for _ in ()).throw(AssertionError("loaded"))))
+    r = CliRunner().invoke(cli.app, ["fit", "cue", "--models", str(tmp_path), "--refit", "--draws", "9"])
+    assert isinstance(r.exception, Stop), r.output
+    assert seen["draws"] == 9 and seen["saved"] == str(tmp_path)

@@ -24,6 +24,7 @@ def fit(model: str, df, models_dir="models", *, refit: bool = False, fit_kwargs:
         m = cls(df, **config)
         m.fit(**(fit_kwargs or {}))
         m.save(models_dir)
+        m.reuse_note = "fitted: refit requested (--refit)"
         return m
     return cls.fit_or_load(df, models_dir, fit_kwargs=fit_kwargs, **config)
 
