@@ -101,6 +101,9 @@ class BayesModel:
     # draws needed relative to the other models for the same convergence gate (the demo scales its draws)
     draws_factor: ClassVar[int] = 1
     own_samplers: ClassVar[tuple[str, ...]] = ()  # samplers the subclass implements in `sample_own`
+    gibbs_options: ClassVar[frozenset[str]] = frozenset()  # keyword options the Gibbs sampler takes
+    keep_group_effects: ClassVar[bool] = True  # keep the group effects' draws (False: their scales only)
+    acceptance_note: ClassVar[str] = "minimum over chains of the Metropolis-Hastings acceptance rates"
 
     def __init__(self, data: pd.DataFrame, **config: Any):
         unknown = set(config) - set(self.default_config)
@@ -120,8 +123,20 @@ class BayesModel:
     def prepare(self, df: pd.DataFrame) -> pd.DataFrame:
         raise NotImplementedError
 
-    def build(self):  # -> pm.Model
+    def specs(self) -> dict[str, Any]:
+        """The model as one `spec.HierarchicalGLM` per part (a one-part model: ``{"": spec}``); the
+        PyMC build and the Gibbs samplers are both derived from it."""
         raise NotImplementedError
+
+    def build(self):  # -> pm.Model
+        """The PyMC model: every part's spec in one ``pm.Model`` (`HierarchicalGLM.to_pymc`)."""
+        import pymc as pm
+        specs = self.specs()
+        coords = {k: v for s in specs.values() for k, v in s.coords.items()}
+        with pm.Model(coords=coords) as m:
+            for s in specs.values():
+                s.to_pymc()
+        return m
 
     def summary_table(self) -> pd.DataFrame:
         raise NotImplementedError
@@ -175,9 +190,34 @@ class BayesModel:
                           ConvergenceWarning, stacklevel=2)
         return self.idata
 
-    def sample_own(self, sampler: str, **kwargs: Any) -> tuple[Any, dict[str, Any]]:
-        """(posterior as an ArviZ DataTree, sampler statistics for the manifest)."""
-        raise NotImplementedError
+    def gibbs_settings(self, spec: Any, options: dict[str, Any]) -> dict[str, Any]:
+        """The Gibbs sampler's options for one part (``options``: the caller's); a model may add defaults."""
+        return options
+
+    def sample_own(self, sampler: str, *, draws: int, tune: int, chains: int, random_seed: int,
+                   progressbar: bool = False, **kwargs: Any) -> tuple[Any, dict[str, Any]]:
+        """(posterior as an ArviZ DataTree, sampler statistics for the manifest): each part of `specs`
+        by its family's Gibbs sampler (part i with seed ``random_seed + i``); the draws carry the
+        PyMC model's names."""
+        import arviz as az
+        unknown = set(kwargs) - self.gibbs_options
+        if unknown:
+            raise TypeError(f"the gibbs sampler takes no option(s) {sorted(unknown)} (NUTS options such as "
+                            f"target_accept apply to nutpie, pymc, numpyro and blackjax)")
+        post, dims, coords, acc, used = {}, {}, {}, {}, {}
+        for i, (part, spec) in enumerate(self.specs().items()):
+            options = self.gibbs_settings(spec, dict(kwargs))
+            label = f"{self.name}: {part} ({len(spec.A):,} rows)" if part else f"{self.name}: Gibbs sampling"
+            with gibbs_progress(progressbar, label) as step:
+                p, dd, a = spec.sample(draws=draws, tune=tune, chains=chains, random_seed=random_seed + i,
+                                       keep_group_effects=self.keep_group_effects, progress=step, **options)
+            post |= p
+            dims |= dd
+            coords |= {k: v for k, v in spec.coords.items() if any(k in x for x in dd.values())}
+            acc |= {(f"{part}_{k}" if part else k): v for k, v in a.items()}
+            used |= options
+        idata = az.from_dict({"posterior": post}, coords=coords, dims=dims)
+        return idata, {"acceptance": acc, **used, "acceptance_note": self.acceptance_note}
 
     def summary(self) -> pd.DataFrame:
         """The model's headline table, with a ``converged`` column from the checks."""

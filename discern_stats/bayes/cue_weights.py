@@ -48,7 +48,7 @@ import pandas as pd
 from ..core.coding import choice_table
 from ..core.vocab import BLOCK_CUES, CONTRAST_SCOPES, CUES, INTERVENTION_CONTRASTS, SUCCESSIVE_CUES, WEIGHT_TRACKS
 from ..core.errors import InputError
-from .base import HDI_PROB, BayesModel, gibbs_progress, hdi_columns
+from .base import HDI_PROB, BayesModel, hdi_columns
 from .logit_gibbs import LogitDesign
 from .spec import Block, HierarchicalGLM
 
@@ -138,12 +138,8 @@ class CueWeightModel(BayesModel):
             tau_rate=c["tau_shape"] / c["tau_sd"], sigma_sd=c["sigma_u_sd"], centered=bool(c["centered_weights"]),
             names={"sigma": "sigma_u", "z": "z_u", "z_pooled": "z", "loglik": "chose_B_loglik"})
 
-    def build(self):
-        import pymc as pm
-        spec = self.spec()
-        with pm.Model(coords=spec.coords) as m:
-            spec.to_pymc()
-        return m
+    def specs(self) -> dict[str, HierarchicalGLM]:
+        return {"": self.spec()}
 
     def logit_design(self) -> tuple[LogitDesign, dict[str, Any]]:
         """The model of `spec` in the layout of `logit_gibbs` (and the block sizes B, K, V1)."""
@@ -152,30 +148,18 @@ class CueWeightModel(BayesModel):
         V1 = len(spec.coords["intervention_shift"]) if any(b.name == "delta" for b in spec.blocks) else 0
         return spec.logit_design(), {"B": len(spec.coords["block"]), "K": K, "V1": V1}
 
-    def sample_own(self, sampler: str, *, draws: int, tune: int, chains: int, random_seed: int,
-                   progressbar: bool = False, **kwargs: Any) -> tuple[Any, dict[str, Any]]:
-        """Sample `spec` with `logit_gibbs`; the draws carry the PyMC model's names."""
-        import arviz as az
-        unknown = set(kwargs) - {"newton_theta", "theta_tries", "newton_u", "newton_sigma"}
-        if unknown:
-            raise TypeError(f"the gibbs sampler takes no option(s) {sorted(unknown)} (NUTS options such as "
-                            f"target_accept apply to nutpie, pymc, numpyro and blackjax)")
-        spec = self.spec()
-        # with intervention interactions each LLM's block is 5-6x larger (53 parameters on the
-        # demo data) and its acceptance fell to 0.60; a second proposal per sweep (one more pass)
-        # doubled the worst ESS there (BENCHMARKS.md); a third (the second is autoregressive)
-        # raised the worst bulk ESS of the 30-world test data from 721 to 855 (max R-hat 1.014 ->
-        # 1.007, BENCHMARKS.md, issue 25). Without them (9 parameters, acceptance 0.95 on the
-        # benchmark data) one proposal is enough.
-        kwargs.setdefault("theta_tries", 3 if any(b.name == "delta" for b in spec.blocks) else 1)
-        with gibbs_progress(progressbar, f"{self.name}: Gibbs sampling") as step:
-            post, dims, acc = spec.sample(draws=draws, tune=tune, chains=chains, random_seed=random_seed,
-                                          progress=step, **kwargs)
-        coords = {k: v for k, v in spec.coords.items() if any(k in dd for dd in dims.values())}
-        idata = az.from_dict({"posterior": post}, coords=coords, dims=dims)
-        stats = {"acceptance": acc, "theta_tries": kwargs["theta_tries"],
-                 "acceptance_note": "minimum over chains (and LLMs) of the Metropolis-Hastings acceptance rates"}
-        return idata, stats
+    gibbs_options = frozenset({"newton_theta", "theta_tries", "newton_u", "newton_sigma"})
+    acceptance_note = "minimum over chains (and LLMs) of the Metropolis-Hastings acceptance rates"
+
+    def gibbs_settings(self, spec: HierarchicalGLM, options: dict[str, Any]) -> dict[str, Any]:
+        """With intervention interactions each LLM's block is 5-6x larger (53 parameters on the demo
+        data) and its acceptance fell to 0.60; a second proposal per sweep (one more pass) doubled
+        the worst ESS there (BENCHMARKS.md); a third (the second is autoregressive) raised the worst
+        bulk ESS of the 30-world test data from 721 to 855 (max R-hat 1.014 -> 1.007, BENCHMARKS.md,
+        issue 25). Without them (9 parameters, acceptance 0.95 on the benchmark data) one proposal
+        is enough."""
+        options.setdefault("theta_tries", 3 if any(b.name == "delta" for b in spec.blocks) else 1)
+        return options
 
     # -- posterior quantities
     def _eta_draws(self, rows: np.ndarray, iv_index: int) -> tuple[np.ndarray, np.ndarray]:

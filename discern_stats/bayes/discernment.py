@@ -53,7 +53,7 @@ import pandas as pd
 from ..core.vocab import RESPONSES
 from ..core.coding import classify_response
 from ..core.errors import InputError
-from .base import HDI_PROB, BayesModel, gibbs_progress, hdi_columns
+from .base import HDI_PROB, BayesModel, hdi_columns
 from .spec import Block, HierarchicalGLM
 
 PREDICTORS = ["reliability", "popularity", "improvement"]
@@ -212,34 +212,9 @@ class DiscernmentModel(BayesModel):
                 out.append(spec.names["resid"])
         return out
 
-    def build(self):
-        import pymc as pm
-        specs = self.specs()
-        coords = {k: v for s in specs.values() for k, v in s.coords.items()}
-        with pm.Model(coords=coords) as m:
-            for s in specs.values():
-                s.to_pymc()
-        return m
-
-    def sample_own(self, sampler: str, *, draws: int, tune: int, chains: int, random_seed: int,
-                   progressbar: bool = False, **kwargs: Any) -> tuple[Any, dict[str, Any]]:
-        """Each part by its exact Gibbs sampler; item effects are kept as their scales only."""
-        import arviz as az
-        if kwargs:
-            raise TypeError(f"the gibbs sampler takes no option(s) {sorted(kwargs)} (NUTS options such as "
-                            f"target_accept apply to nutpie, pymc, numpyro and blackjax)")
-        post, dims, coords, acc = {}, {}, {}, {}
-        for i, (part, spec) in enumerate(self.specs().items()):
-            with gibbs_progress(progressbar, f"{self.name}: {part} ({len(spec.A):,} rows)") as step:
-                p, dd, a = spec.sample(draws=draws, tune=tune, chains=chains, random_seed=random_seed + i,
-                                       keep_group_effects=False, progress=step)
-            post |= p
-            dims |= dd
-            coords |= {k: v for k, v in spec.coords.items() if any(k in x for x in dd.values())}
-            acc |= {f"{part}_{k}": v for k, v in a.items()}
-        idata = az.from_dict({"posterior": post}, coords=coords, dims=dims)
-        return idata, {"acceptance": acc, "acceptance_note": "minimum over chains and groups of the "
-                       "Metropolis-Hastings acceptance rates (the fraction part is sampled by exact Gibbs draws)"}
+    keep_group_effects = False  # item effects are kept as their scales only
+    acceptance_note = ("minimum over chains and groups of the Metropolis-Hastings acceptance rates (the "
+                       "fraction part is sampled by exact Gibbs draws)")
 
     # -- prior predictive check
     def prior_predictive(self, draws: int = 200, seed: int = 0, max_rows: int = 20_000) -> pd.DataFrame:
