@@ -29,10 +29,20 @@ def preflight(db: TrialDB, spec: RunSpec) -> None:
     _planned_requests(db, spec)
 
 
+def _spec_llm_rows(conn: sa.Connection, spec: RunSpec, *columns: Any) -> Any:
+    """The stored ``llm`` rows of the spec's LLMs (matched by name): their name and ``columns``."""
+    return conn.execute(sa.select(LLM.name, *columns).where(LLM.name.in_([m.name for m in spec.llms])))
+
+
+def llm_ids(db: TrialDB, spec: RunSpec) -> dict[str, int]:
+    """Name -> id of the spec's LLMs already in the database (a worker reads what its parent planned)."""
+    with db.engine.connect() as conn:
+        return {r.name: r.id for r in _spec_llm_rows(conn, spec, LLM.id)}
+
+
 def _check_llm_names(db: TrialDB, spec: RunSpec) -> None:
     with db.engine.connect() as conn:
-        got = {r.name: r.params_json for r in conn.execute(sa.select(LLM.name, LLM.params_json)
-                                                           .where(LLM.name.in_([m.name for m in spec.llms])))}
+        got = {r.name: r.params_json for r in _spec_llm_rows(conn, spec, LLM.params_json)}
     for m in spec.llms:
         if m.name in got and got[m.name] != m.params_json():
             raise SpecError(f"LLM name {m.name!r} is already in the database with other settings "
@@ -45,10 +55,9 @@ def ensure_llms(db: TrialDB, spec: RunSpec) -> dict[str, int]:
              "params_json": m.params_json(), "is_simulator": m.kind == "synthetic"} for m in spec.llms]
     with db.engine.begin() as conn:
         insert_ignore(conn, LLM, rows, ["name"])
-        got = {r.name: r for r in conn.execute(sa.select(LLM.name, LLM.id, LLM.params_json)
-                                               .where(LLM.name.in_([m.name for m in spec.llms])))}
+        ids = {r.name: r.id for r in _spec_llm_rows(conn, spec, LLM.id)}
     _check_llm_names(db, spec)  # another collector may have bound a name in between
-    return {n: r.id for n, r in got.items()}
+    return ids
 
 
 def _request_filter(spec: RunSpec) -> list[Any]:

@@ -26,12 +26,12 @@ from typing import Any
 import sqlalchemy as sa
 
 from ..core.errors import CollectorError, SpecError
-from ..store.db import LLM, Run, Trial
+from ..store.db import Run, Trial
 from ..store.trialdb import TrialDB, sqlite_file
 from .budget import RequestBudget
 from .collector import Collector, CollectResult
 from .journal import DatabaseAway, with_db_retry
-from .planning import PreparedRun, open_trials, prepare_run, preflight
+from .planning import PreparedRun, llm_ids, open_trials, prepare_run, preflight
 from .spec import RunSpec
 
 
@@ -181,12 +181,6 @@ def _die_with_parent(parent: int, every_s: float = 0.2) -> None:
     threading.Thread(target=watch, daemon=True, name="parent-watch").start()
 
 
-def _llm_ids(db: TrialDB, spec: RunSpec) -> dict[str, int]:
-    with db.engine.connect() as conn:
-        return {r.name: r.id for r in conn.execute(sa.select(LLM.name, LLM.id)
-                                                   .where(LLM.name.in_([m.name for m in spec.llms])))}
-
-
 def _worker_main(parent: int, url: str, spec_json: str, concurrency: int, limit: int | None, done: Any, sent: Any,
                  ready: Any, go: Any, halt: Any, out: Any, group: str) -> None:
     """Entry point of a collector worker process (spawned by `collect`): it watches its parent from its
@@ -203,7 +197,7 @@ def _worker_main(parent: int, url: str, spec_json: str, concurrency: int, limit:
             out.put(("interrupted", ""))
             return
         db = TrialDB(url, create=False)
-        prepared = PreparedRun(_llm_ids(db, spec), planned=0)  # the parent prepared the run
+        prepared = PreparedRun(llm_ids(db, spec), planned=0)  # the parent prepared the run
         res = _run_async(Collector(db, spec, prepared, budget=RequestBudget(limit, sent), progress=False,
                                    shared_done=done, ready=ready, parent_pid=parent, run_group=group,
                                    halt=halt).run())
