@@ -68,13 +68,10 @@ def journal_dir() -> Path:
     return Path(os.environ.get("DISCERN_JOURNAL_DIR") or Path.home() / ".local" / "state" / "discern_stats" / "journal")
 
 
-def _url_text(db: TrialDB) -> str:
-    return sa.engine.make_url(db.url).render_as_string(hide_password=True)
-
 
 def journal_path(db: TrialDB) -> Path:
     """The journal file of this database (by a hash of its URL without the password)."""
-    return journal_dir() / f"{hashlib.sha256(_url_text(db).encode()).hexdigest()[:16]}.jsonl"
+    return journal_dir() / f"{hashlib.sha256(db.display_url.encode()).hexdigest()[:16]}.jsonl"
 
 
 def _default(o: Any) -> Any:
@@ -93,7 +90,7 @@ def keep(db: TrialDB, run_id: int, rows: list[tuple[dict[str, Any], list[dict[st
     path.parent.mkdir(parents=True, exist_ok=True)
     with open(path, "a", encoding="utf-8") as f:
         for upd, atts in rows:
-            f.write(json.dumps({"db": _url_text(db), "run_id": run_id, "trial": upd, "attempts": atts},
+            f.write(json.dumps({"db": db.display_url, "run_id": run_id, "trial": upd, "attempts": atts},
                                default=_default, ensure_ascii=False) + "\n")
         f.flush()
         os.fsync(f.fileno())
@@ -106,7 +103,7 @@ def keep_run_end(db: TrialDB, run_id: int, status: str) -> None:
         path = journal_path(db)
         path.parent.mkdir(parents=True, exist_ok=True)
         with open(path, "a", encoding="utf-8") as f:
-            f.write(json.dumps({"db": _url_text(db), "run_end": run_id, "status": status,
+            f.write(json.dumps({"db": db.display_url, "run_end": run_id, "status": status,
                                 "ended_at": dt.datetime.now(dt.timezone.utc)}, default=_default) + "\n")
     except OSError:
         pass

@@ -93,18 +93,15 @@ def _prepare(db: TrialDB, spec: RunSpec) -> PreparedRun:
     try:
         return with_db_retry(prepare_run, db, spec, patience_s=spec.database_patience_s)
     except DatabaseAway as exc:
-        raise CollectorError(f"the database {_url(db)} did not answer for {spec.database_patience_s:g} s "
+        raise CollectorError(f"the database {db.display_url} did not answer for {spec.database_patience_s:g} s "
                              f"(database_patience_s) while planning: {exc}; nothing was sent") from None
 
-
-def _url(db: TrialDB) -> str:
-    return sa.engine.make_url(db.url).render_as_string(hide_password=True)
 
 
 def _away_line(db: TrialDB, res: CollectResult) -> str:
     kept = (f"{res.kept} answered response(s) are kept in {res.journal} and are written to the database by "
             f"the next `collect` on it" if res.kept else "no answered response was waiting to be written")
-    return (f"the database {_url(db)} stopped taking writes ({res.database_away}); collection stopped: "
+    return (f"the database {db.display_url} stopped taking writes ({res.database_away}); collection stopped: "
             f"{res.done} trial(s) of this run were written, {kept}; claims go back to the plan when the database "
             f"answers again; re-run the same command to resume")
 
@@ -118,7 +115,7 @@ def _interrupted_line(db: TrialDB, group: str) -> str:
                 T.c.run_id.in_(runs), T.c.state.in_(["done", "failed"]))).scalar() if runs else 0
         which = ", ".join(str(r) for r in runs) or "none"
         return (f"interrupted: {done} trial(s) answered by this collection (run {which}, marked interrupted) are "
-                f"kept in {_url(db)}; unanswered claims went back to the plan; re-run the same command to resume "
+                f"kept in {db.display_url}; unanswered claims went back to the plan; re-run the same command to resume "
                 f"(nothing answered is sent again)")
     except sa.exc.SQLAlchemyError:
         return "interrupted; re-run the same command to resume (nothing answered is sent again)"

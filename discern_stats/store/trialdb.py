@@ -108,12 +108,17 @@ class TrialDB:
     def attempts(self) -> pd.DataFrame:
         return self.table(Attempt)
 
+    @property
+    def display_url(self) -> str:
+        """The database URL as it may be printed or stored: the password hidden."""
+        return sa.engine.make_url(self.engine.url).render_as_string(hide_password=True)
+
     def info(self) -> dict[str, Any]:
         """Counts per table, per design and per LLM, with validity rates: ``valid`` / ``validity_rate`` by
         the headline (strict) parse, ``lenient_valid`` / ``lenient_validity_rate`` by the lenient parse
         beside it (`collect.parsing`), both over finished trials. A trial with no lenient parse of its own
         (imported, or collected before both parses were stored) counts as its ``valid`` there."""
-        out: dict[str, Any] = {"url": sa.engine.make_url(self.engine.url).render_as_string(hide_password=True)}
+        out: dict[str, Any] = {"url": self.display_url}
         with self.engine.connect() as conn:
             out["tables"] = {m.__tablename__: conn.execute(sa.select(sa.func.count()).select_from(m.__table__)).scalar()
                              for m in (LLM, Item, Source, World, Request, Trial, Attempt)}
