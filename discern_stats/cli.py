@@ -583,9 +583,34 @@ def report_cmd(models_dir: Path = typer.Option(Path("models"), "--models", help=
     console.print(f"report in {res.out_dir}/index.html")
 
 
-def main() -> None:  # pragma: no cover
-    app()
+def main(argv: list[str] | None = None) -> int:
+    """The console entry point: ``app`` with a usage error (a bad option value, an unknown
+    option or command) as one line on stderr and exit code 2, instead of click's boxed panel.
+    ``--help``, a command group called bare (its help) and every command's own exit code pass
+    through unchanged."""
+    try:  # typer >= 0.24 carries its own click
+        from typer._click import exceptions as cx
+    except ImportError:  # pragma: no cover - an older typer on click
+        from click import exceptions as cx
+    prog = "discern-stats"
+    try:
+        rv = app(args=argv, prog_name=prog, standalone_mode=False)
+    except cx.NoArgsIsHelpError:  # a group called bare: typer has printed its help
+        return 0
+    except cx.UsageError as e:
+        where = e.ctx.command_path if e.ctx is not None else prog
+        hint = f" (see '{where} --help')"
+        print(f"error: {where}: {e.format_message()}{hint}", file=sys.stderr)
+        return 2
+    except typer.Abort:
+        print(f"error: {prog}: aborted", file=sys.stderr)
+        return 1
+    return rv if isinstance(rv, int) else 0
+
+
+def console_main() -> None:  # pragma: no cover - the installed script
+    sys.exit(main())
 
 
 if __name__ == "__main__":  # pragma: no cover
-    sys.exit(app())
+    console_main()

@@ -158,3 +158,28 @@ def test_a_bug_in_the_statistics_is_an_error_on_the_page_not_an_empty_table(tmp_
     # the expected case: C0 only, so no contrast has both arms; the table says why
     ctx = context(url, tmp_path / "models", 0, cache_dir="off")
     assert ctx.contrasts().empty and "C0..C4" in ctx.contrasts_note()
+
+
+@pytest.mark.parametrize("argv, names", [
+    (["fit", "discernment", "--draws", "0"], "--draws"),
+    (["fit", "cue", "--chains", "x"], "--chains"),
+    (["fit", "--bogus"], "--bogus"),
+    (["no-such-command"], "no-such-command"),
+])
+def test_a_usage_error_is_one_line_with_exit_code_2(in_tmp, capsys, argv, names):
+    """The installed script (`cli.main`): a bad option value, an unknown option or command is one
+    line on stderr naming it (not click's boxed panel), exit code 2, and no file is created."""
+    from discern_stats.cli import main
+    assert main(argv) == 2
+    err = [ln for ln in capsys.readouterr().err.splitlines() if ln.strip()]
+    assert len(err) == 1 and err[0].startswith("error: discern-stats") and names in err[0], err
+    assert "--help" in err[0]
+    assert list(in_tmp.iterdir()) == []
+
+
+def test_the_script_passes_help_and_exit_codes_through(in_tmp, capsys):
+    from discern_stats.cli import main
+    assert main(["--help"]) == 0 and "Usage" in capsys.readouterr().out
+    assert main(["db"]) == 0 and "info" in capsys.readouterr().out  # a bare group: its help
+    assert main(["db", "info", "--db", "nosuch://x"]) == 2  # a command's own error code
+    assert "nosuch" in capsys.readouterr().err
