@@ -3,6 +3,14 @@ by nutpie on the same subset, and the four-part model at the paper's scale, in o
 
     python benchmarks/bench_discernment.py                       # subset 17,000 rows + 670,000 rows
     python benchmarks/bench_discernment.py --paper-rows 0        # subset comparison only
+    python benchmarks/bench_discernment.py --heldout --by-variable   # issue 25's done-when (below)
+
+``--heldout``: the paper-scale held-out data of `heldout_l2d.generate` (13 LLMs x 5 strategies x
+344 items x 6 of 132 sources x 5 factors = 670,800 trials; shared item effects, LLM x item and LLM x
+strategy x item effects, source effects SD 0.5, overshoots, Beta partial moves with a heap at 0.5,
+invalid answers; every "away" slope with tau 0 or 0.02), fitted through the public API with the
+model's defaults (`discern_stats.fit("discernment", df, folder, refit=True)`): wall time, rows,
+chains, draws and the full gate (reported and nuisance parameters), by variable with --by-variable.
 
 Data are simulated from the four-part model itself (`simulate`): 13 LLMs x 5 strategies, items
 with their own prior, sources from a pool with reliability and popularity, claims T x F.
@@ -122,6 +130,31 @@ def _by_variable(m) -> None:
         {"ess_bulk": "min", "ess_tail": "min", "r_hat": "max"}).round(3).to_string(), flush=True)
 
 
+def heldout_paper_fit(source_sd: float, by_variable: bool, items: int = 344) -> None:
+    """The done-when fit of issue 25: held-out paper-scale data, the defaults, the full gate."""
+    import tempfile
+
+    import discern_stats
+    from heldout_l2d import generate
+    t = time.perf_counter()
+    df, _ = generate(seed=11, source_sd=source_sd, items=items)
+    print(f"held-out data: {len(df):,} trials in {time.perf_counter() - t:.0f} s", flush=True)
+    with tempfile.TemporaryDirectory() as folder:
+        t = time.perf_counter()
+        m = discern_stats.fit("discernment", df, folder, refit=True)
+        wall = time.perf_counter() - t
+    d = m.diagnostics
+    post = m.idata["posterior"]
+    print(json.dumps({"model": "discernment, defaults", "trials": len(df), "rows_modelled": len(m.data),
+                      "chains": int(post.sizes["chain"]), "draws": int(post.sizes["draw"]), "wall_s": round(wall, 1),
+                      "max_rhat": round(d["max_rhat"], 4), "min_ess_bulk": round(d["min_ess_bulk"]),
+                      "min_ess_tail": round(d["min_ess_tail"]), "ok": d["ok"],
+                      "nuisance": {k: (round(v, 4) if isinstance(v, float) else v)
+                                   for k, v in (d.get("nuisance") or {}).items()}}), flush=True)
+    if by_variable:
+        _by_variable(m)
+
+
 def main(argv=None) -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--subset-items", type=int, default=30, help="items per group of the subset (x 65 groups x 10)")
@@ -133,7 +166,13 @@ def main(argv=None) -> None:
                     "regime where the centred (mu, tau) step stalled, issue 25.1)")
     ap.add_argument("--by-variable", action="store_true", help="print each variable's worst ESS and R-hat "
                     "(gated and nuisance variables) after each four-part fit")
+    ap.add_argument("--heldout", action="store_true", help="only the paper-scale held-out fit with the defaults")
+    ap.add_argument("--heldout-source-sd", type=float, default=0.5)
+    ap.add_argument("--heldout-items", type=int, default=344, help="items of the held-out data (344: paper scale)")
     a = ap.parse_args(argv)
+    if a.heldout:
+        heldout_paper_fit(a.heldout_source_sd, a.by_variable, a.heldout_items)
+        return
     out = []
     sub, _ = simulate(n_items=a.subset_items, tau=a.tau, seed=1)
     m, wall = fit_new(sub, a.draws, a.chains)
