@@ -28,8 +28,18 @@ V = V_item + V_source - V_item∩source, with two choices that make it usable he
     rescaled by sd(adjusted ranks) / sd(ranks) to the scale of the statistic.
   - Ratio statistics sum(num) / sum(den): the linear terms ψ_r = (num_r - θ den_r) / Σ den less
     their item levels, summed per source and per cell; replicate = Σ W[b, c] ψ_c.
-  - Pair statistics (the propensities: pairs within one item, so item levels cancel inside each
-    pair): the Hajek linear terms, every pair at both of its members, not adjusted.
+  - Pair statistics whose pairs span two sources (the reliability propensity: pairs within one
+    item x factor, members in different sources): the Hajek linear terms, every pair at both of
+    its members (``members=2``), not adjusted.
+  - Pair statistics whose pairs lie within one (item, source) cell (the truth propensity: pairs
+    within one item x source) are a plain ratio of cell sums, theta = sum_c N_c / sum_c D_c
+    (N_c = sum of h over the cell's pairs, D_c their number), so theta_hat - theta =
+    sum_c (N_c - theta D_c) / sum_c D_c exactly: each pair once (``members=1``), linear terms net
+    of item levels like any ratio. Both members of a pair are in the same cell, so putting the pair
+    at both of them doubles every cell's term (4x the source term: coverage 0.985-0.995 at a
+    source-effect SD of 1.5, BENCHMARKS.md, issue 24), and items differ in how often their
+    respondents move at all (h = 1/2 at a tie), a level that the cells of one source (all of
+    other items) do not share.
 - Interval (`crossed_se_interval`): estimate ± t_df · sqrt(V) with the small-cluster correction
   (each component scaled by G / (G - 1), Student t with Satterthwaite degrees of freedom, the
   source term on (G_source - 1) / 3), clipped to the statistic's range; p-value: the two-sided
@@ -169,7 +179,9 @@ def ratio_source_replicates(num: np.ndarray, den: np.ndarray, ix: CrossedIndex, 
     ``members=2`` for a pair statistic theta = (1/P) sum_pairs h whose rows carry every pair at
     both of its members (so sum(den) = 2P): the linear term of row r is sum_{pairs at r} (h - theta) / P
     (Hajek projection: a change at one member changes each of its pairs), members * (num - theta den) / sum(den).
-    Pairs lie within one item, so their item levels cancel and the terms are not adjusted.
+    The terms are not adjusted for item levels (the reliability propensity: pairs within one item x
+    factor across sources). A pair statistic whose pairs lie within one (item, source) cell is a
+    plain ratio of cell sums: ``members=1`` with each pair once (module docstring).
     """
     rs, rc = ratio_source_replicates_many([num], [den], ix, [members])
     return rs[:, 0], rc[:, 0]
