@@ -76,8 +76,9 @@ def make_trials(rng: np.random.Generator, n_items: int, pool: dict) -> pd.DataFr
 
 
 def components(df: pd.DataFrame, resamples: int, source_resamples: int, seed: int) -> dict[str, tuple]:
-    """metric -> (estimate, item-bootstrap variance, source term, items, sources, n) from the package
-    (n: the statistic's count, e.g. pairs of a propensity: the Wilson interval's size cap)."""
+    """metric -> (estimate, item-bootstrap variance, source term, items, sources, n, var(rep_source),
+    var(rep_cell)) from the package (n: the statistic's count, e.g. pairs of a propensity: the Wilson
+    interval's size cap; the two replicate variances whose difference is the source term)."""
     from discern_stats.stats.crossed import source_variance
     from discern_stats.stats.l2d import _group_stats, prepare
     g = prepare(df, keep_invalid=True)
@@ -86,12 +87,18 @@ def components(df: pd.DataFrame, resamples: int, source_resamples: int, seed: in
     for m in METRICS:
         s = st[m]
         if s.get("boot") is None:  # point estimate only (the truths)
-            out[m] = (s["estimate"], np.nan, np.nan, df.item_id.nunique(), df.source.nunique(), s["n"])
+            out[m] = (s["estimate"], np.nan, np.nan, df.item_id.nunique(), df.source.nunique(), s["n"], np.nan, np.nan)
             continue
         b = s["boot"][np.isfinite(s["boot"])]
         out[m] = (s["estimate"], b.var(ddof=1), source_variance(s["rep_source"], s["rep_cell"]),
-                  df.item_id.nunique(), df.source.nunique(), s["n"])
+                  df.item_id.nunique(), df.source.nunique(), s["n"], *replicate_variances(s))
     return out
+
+
+def replicate_variances(s: dict) -> tuple[float, float]:
+    """(var(rep_source), var(rep_cell)) of one statistic (finite replicates, ddof 1)."""
+    rs, rc = s["rep_source"][np.isfinite(s["rep_source"])], s["rep_cell"][np.isfinite(s["rep_cell"])]
+    return float(rs.var(ddof=1)), float(rc.var(ddof=1))
 
 
 def truths(rng: np.random.Generator, sd: float, corr: bool, items: int, pool: int, draws: int = 6) -> np.ndarray:
