@@ -138,14 +138,15 @@ def interval(m: str, row: np.ndarray, small: bool, level: float) -> dict:
     """The 95 % interval of metric ``m`` from one stored (estimate, v_item, v_source, items, sources[, n]):
     normal z (``small`` False, the old default) or the package's default now (small-cluster correction;
     the propensities with the Wilson interval at the clustered effective size, as `l2d` does, when the
-    file holds n)."""
+    file holds n; the degrees of freedom from var(rep_source) when the file holds it, else from the
+    source term)."""
     from discern_stats.stats.crossed import crossed_se_interval
     est, v_item, v_source, n_i, n_s = row[:5]
     bounds = (-1.0, 1.0) if m in ("SD", "TD", "rho_pop") else (0.0, 1.0)
     proportion = (int(row[5]), int(n_i)) if small and m in PROPORTIONS and len(row) > 5 else None
     return crossed_se_interval(est, v_item, v_source, level=level, chance=None, bounds=bounds,
                                n_items=int(n_i) if small else None, n_sources=int(n_s) if small else None,
-                               proportion=proportion)
+                               proportion=proportion, v_source_resample=row[6] if len(row) > 6 else None)
 
 
 def summarise(paths: str, level: float = 0.95, detail: bool = False) -> None:

@@ -401,3 +401,28 @@ def test_truth_propensity_source_term_is_the_cell_ratio_covariance():
     assert cross > 0  # the source effects give the cells of one source a common level
     # the multinomial resamples estimate it with a relative Monte Carlo error of a few percent
     assert source_variance(st["rep_source"], st["rep_cell"]) == pytest.approx(cross, rel=0.1)
+
+
+def test_small_cluster_df_counts_the_source_term_as_a_difference_of_two_variances():
+    """Satterthwaite (1946) for V = V_item + (var(rep_source) - var(rep_cell)): hand-worked
+    df = V^2 / (V_item^2 / (G_item - 1) + var(rep_source)^2 / ((G_source - 1) / 2)), each component
+    first scaled by G / (G - 1); the interval is estimate +- t_df sqrt(V) (scipy's t quantile)."""
+    from scipy import stats as sps
+    from discern_stats.stats.crossed import crossed_interval, small_cluster_df
+    # hand-worked: 100 items, 21 sources (df_source = 10): 2.5e-7 / (1.6e-7 / 99 + 2.5e-7 / 10)
+    assert small_cluster_df(4e-4, 1e-4, 100, 21, 5e-4) == pytest.approx(2.5e-7 / (1.6e-7 / 99 + 2.5e-7 / 10), rel=1e-12)
+    # without var(rep_source) it is taken as the source term itself (var(rep_cell) = 0)
+    assert small_cluster_df(4e-4, 1e-4, 100, 21) == pytest.approx(2.5e-7 / (1.6e-7 / 99 + 1e-8 / 10), rel=1e-12)
+    # a small source term that is the difference of two large variances is far less certain
+    assert small_cluster_df(4e-4, 1e-4, 100, 21, 5e-4) < small_cluster_df(4e-4, 1e-4, 100, 21) / 5
+    assert small_cluster_df(1e-6, 1e-4, 100, 3, 1e-2) == 1.0  # never below 1
+    # crossed_interval passes var(rep_source) on: replicates with known variances
+    rng = np.random.default_rng(4)
+    boot, rs, rc = rng.normal(0, 0.02, 400), rng.normal(0, 0.03, 300), rng.normal(0, 0.025, 300)
+    vi, a, c = boot.var(ddof=1) * 30 / 29, rs.var(ddof=1) * 15 / 14, rc.var(ddof=1) * 15 / 14
+    v = vi + (a - c)
+    df = v ** 2 / (vi ** 2 / 29 + a ** 2 / 7)
+    iv = crossed_interval(0.1, boot, rs, rc, level=0.95, chance=0.0, bounds=(-1, 1), n_items=30, n_sources=15)
+    assert iv["df"] == pytest.approx(df, rel=1e-9)
+    assert iv["hi"] - 0.1 == pytest.approx(sps.t.ppf(0.975, df) * np.sqrt(v), rel=1e-9)
+    assert iv["p_value"] == pytest.approx(2 * sps.t.sf(0.1 / np.sqrt(v), df), rel=1e-9)

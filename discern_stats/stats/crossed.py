@@ -42,7 +42,8 @@ V = V_item + V_source - V_item∩source, with two choices that make it usable he
     other items) do not share.
 - Interval (`crossed_se_interval`): estimate ± t_df · sqrt(V) with the small-cluster correction
   (each component scaled by G / (G - 1), Student t with Satterthwaite degrees of freedom, the
-  source term on (G_source - 1) / 3), clipped to the statistic's range; p-value: the two-sided
+  source term as the difference var(rep_source) - var(rep_cell), var(rep_source) on
+  (G_source - 1) / 2), clipped to the statistic's range; p-value: the two-sided
   test of the distance from the chance value with the same law. Proportions (shares, CD,
   propensities): the Wilson score interval at the clustered effective size, and its score test.
 
@@ -224,26 +225,33 @@ def source_variance(rep_source: np.ndarray, rep_cell: np.ndarray) -> float:
     return max(0.0, rs.var(ddof=1) - rc.var(ddof=1)) if rs.size > 1 and rc.size > 1 else 0.0
 
 
-SOURCE_DF_SHARE = 1 / 3  # degrees of freedom of the source term: (G_source - 1) / 3 (see small_cluster_df)
+SOURCE_DF_SHARE = 1 / 2  # degrees of freedom of var(rep_source): (G_source - 1) / 2 (see small_cluster_df)
 
 
-def small_cluster_df(v_item: float, v_source: float, n_items: int, n_sources: int) -> float:
-    """Welch-Satterthwaite degrees of freedom of V = V_item + V_source, each component with its own:
-    df = V^2 / (V_item^2 / df_item + V_source^2 / df_source), df_item = G_item - 1 and
-    df_source = (G_source - 1) / 3 (`SOURCE_DF_SHARE`). With no source term df is G_item - 1; when
-    the source term dominates, df_source.
+def small_cluster_df(v_item: float, v_source: float, n_items: int, n_sources: int,
+                     v_source_resample: float | None = None) -> float:
+    """Satterthwaite degrees of freedom of V = V_item + V_source, V_source = var(rep_source) - var(rep_cell)
+    (Satterthwaite 1946, as for an ANOVA variance component formed from two mean squares):
 
-    Why a third: the source term is a difference of two bootstrap variances of a statistic that is
-    not linear in the sources, and it varies more between data sets than a chi-square with
-    G_source - 1 degrees of freedom. In benchmarks/coverage_crossed_sources.py its coefficient of
-    variation, where it dominates, was 0.36-0.60 at 20 sources and 0.22-0.38 at 60, i.e.
-    2 / cv^2 = 6-15 and 14-41 degrees of freedom: (G_source - 1) / 3 is near the low end at both
-    sizes. With G_source - 1 the 20-source intervals covered 0.897-0.910 in the worst cells, with a
-    third 0.920-0.935 (BENCHMARKS.md)."""
+        df = V^2 / (V_item^2 / df_item + var(rep_source)^2 / df_source),
+
+    df_item = G_item - 1, df_source = (G_source - 1) / 2 (`SOURCE_DF_SHARE`), ``v_source_resample`` =
+    var(rep_source) on the scale of ``v_source``; var(rep_cell), a variance over the (item, source)
+    cells (about 6x as many as items), is taken as known (its term would be under 2 % of the
+    source resamples' here). The source term is a difference: where sources barely differ it is a
+    small difference of two large variances and as uncertain as var(rep_source) itself, not a
+    chi-square of its own size (the rule before, V_source^2 / ((G_source - 1) / 3), gave the
+    reliability propensity at 20 sources and no source effect df 71 and coverage 0.912 over 1,000
+    data sets; this rule df 10-15 and 0.94-0.97, BENCHMARKS.md, issue 24). Without
+    ``v_source_resample`` var(rep_source) is taken as ``v_source`` (var(rep_cell) = 0). Half of
+    G_source - 1: where the source term dominates its coefficient of variation over data sets was
+    0.36-0.60 at 20 sources (2 / cv^2 = 6-15 degrees of freedom, against 19); with G_source - 1 the
+    20-source cells with a source-effect SD of 1.5 covered 0.920-0.941. At least 1."""
+    gross = v_source if v_source_resample is None else max(float(v_source_resample), float(v_source))
     df_source = max((n_sources - 1) * SOURCE_DF_SHARE, 1.0)
     num = (v_item + v_source) ** 2
-    den = v_item ** 2 / max(n_items - 1, 1) + v_source ** 2 / df_source
-    return float(num / den) if den > 0 else float(max(min(n_items - 1, df_source), 1))
+    den = v_item ** 2 / max(n_items - 1, 1) + gross ** 2 / df_source
+    return float(max(num / den, 1.0)) if den > 0 else float(max(min(n_items - 1, df_source), 1))
 
 
 def wilson(p: float, n_eff: float, q: float) -> tuple[float, float]:
@@ -257,13 +265,15 @@ def wilson(p: float, n_eff: float, q: float) -> tuple[float, float]:
 
 def crossed_se_interval(estimate: float, v_item: float, v_source: float, *, level: float, chance: float | None,
                         bounds: tuple[float, float], n_items: int | None = None, n_sources: int | None = None,
-                        proportion: tuple[int, int] | None = None, p_floor: float = 0.0) -> dict:
-    """lo, hi, p_value, se (and df) from the two variance components.
+                        proportion: tuple[int, int] | None = None, p_floor: float = 0.0,
+                        v_source_resample: float | None = None) -> dict:
+    """lo, hi, p_value, se (and df) from the two variance components (and ``v_source_resample``,
+    var(rep_source), whose difference with var(rep_cell) is ``v_source``: the degrees of freedom).
 
     - Small-cluster correction (``n_items`` and ``n_sources`` given): each bootstrap variance of a
       sum over G clusters has expectation (G - 1) / G of the variance, so V_item and V_source are
       scaled by G / (G - 1) (the CR1 factor of each factor); the quantile is Student t with the
-      Satterthwaite degrees of freedom of `small_cluster_df` (the source term on (G_source - 1) / 3),
+      Satterthwaite degrees of freedom of `small_cluster_df` (var(rep_source) on (G_source - 1) / 2),
       and so is the test. Without them:
       normal z, the variances as estimated.
     - ``proportion=(n, clusters)`` (a share, CD, a propensity: a statistic in [0, 1]): the Wilson
@@ -283,7 +293,8 @@ def crossed_se_interval(estimate: float, v_item: float, v_source: float, *, leve
     if n_items is not None and n_sources is not None and n_items > 1 and n_sources > 1:
         v_item = v_item * n_items / (n_items - 1)
         v_source = v_source * n_sources / (n_sources - 1)
-        df = small_cluster_df(v_item, v_source, n_items, n_sources)
+        gross = None if v_source_resample is None else v_source_resample * n_sources / (n_sources - 1)
+        df = small_cluster_df(v_item, v_source, n_items, n_sources, gross)
     se = float(np.sqrt(v_item + v_source))
     law = sps.norm if not np.isfinite(df) else sps.t(df)
     if proportion is not None:
@@ -316,6 +327,8 @@ def crossed_interval(estimate: float, boot_item: np.ndarray, rep_source: np.ndar
     b = boot_item[np.isfinite(boot_item)]
     if b.size < 2 or not np.isfinite(estimate):
         return {"lo": np.nan, "hi": np.nan, "p_value": np.nan, "se": np.nan}
+    rs = rep_source[np.isfinite(rep_source)]
     return crossed_se_interval(estimate, float(b.var(ddof=1)), source_variance(rep_source, rep_cell), level=level,
                                chance=chance, bounds=bounds, n_items=n_items, n_sources=n_sources,
-                               proportion=proportion, p_floor=1.0 / (b.size + 1))
+                               proportion=proportion, p_floor=1.0 / (b.size + 1),
+                               v_source_resample=float(rs.var(ddof=1)) if rs.size > 1 else None)
