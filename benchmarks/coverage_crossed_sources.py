@@ -134,13 +134,25 @@ def run(args: argparse.Namespace) -> None:
 PROPORTIONS = ("rel_propensity", "truth_propensity")  # the package's Wilson interval at the clustered n_eff
 
 
-def interval(m: str, row: np.ndarray, small: bool, level: float) -> dict:
+def interval(m: str, row: np.ndarray, small: bool | str, level: float) -> dict:
     """The 95 % interval of metric ``m`` from one stored (estimate, v_item, v_source, items, sources[, n]):
     normal z (``small`` False, the old default) or the package's default now (small-cluster correction;
     the propensities with the Wilson interval at the clustered effective size, as `l2d` does, when the
     file holds n; the degrees of freedom from var(rep_source) when the file holds it, else from the
-    source term)."""
+    source term). ``small="previous"``: the degrees of freedom as before issue 24's second pass (the
+    source term itself on (G_source - 1) / 3), for comparison on the same data sets."""
+    from discern_stats.stats import crossed
     from discern_stats.stats.crossed import crossed_se_interval
+    if small == "previous":
+        share, crossed.SOURCE_DF_SHARE = crossed.SOURCE_DF_SHARE, 1 / 3
+        try:
+            return crossed_se_interval(row[0], row[1], row[2], level=level, chance=None,
+                                       bounds=(-1.0, 1.0) if m in ("SD", "TD", "rho_pop") else (0.0, 1.0),
+                                       n_items=int(row[3]), n_sources=int(row[4]),
+                                       proportion=(int(row[5]), int(row[3])) if m in PROPORTIONS and len(row) > 5
+                                       else None)
+        finally:
+            crossed.SOURCE_DF_SHARE = share
     est, v_item, v_source, n_i, n_s = row[:5]
     bounds = (-1.0, 1.0) if m in ("SD", "TD", "rho_pop") else (0.0, 1.0)
     proportion = (int(row[5]), int(n_i)) if small and m in PROPORTIONS and len(row) > 5 else None
@@ -149,7 +161,7 @@ def interval(m: str, row: np.ndarray, small: bool, level: float) -> dict:
                                proportion=proportion, v_source_resample=row[6] if len(row) > 6 else None)
 
 
-def summarise(paths: str, level: float = 0.95, detail: bool = False) -> None:
+def summarise(paths: str, level: float = 0.95, detail: bool = False, previous: bool = False) -> None:
     """The coverage table of one or more result files (comma-separated); the data sets of one cell in
     several files are pooled (runs with other ``--seed``s add data sets), and the truths are the mean
     of every truth draw in all of them. ``detail``: per metric, the bias of the estimate and the ratio
@@ -174,13 +186,14 @@ def summarise(paths: str, level: float = 0.95, detail: bool = False) -> None:
         _, name, G = key.split("|")
         sets = z[key]
         truth = truths[name].mean(axis=0)
-        for label, small in (("normal z (old)", False), ("small-cluster (new)", True)):
+        rules = [("normal z (old)", False)] + [("small-cluster, df before", "previous")] * previous
+        for label, small in rules + [("small-cluster (new)", True)]:
             cov, ratio = [], []
             for k, m in enumerate(METRICS):
                 ivs = [interval(m, row, small, level) for row in sets[:, k]]
                 cov.append(f"{np.mean([iv['lo'] <= truth[k] <= iv['hi'] for iv in ivs]):.3f}")
                 ratio.append(np.mean([iv["se"] for iv in ivs]) / sets[:, k, 0].std(ddof=1))
-                if small and detail:
+                if small is True and detail:
                     est, vi, vs, ni, ns = sets[:, k, :5].T
                     v = vi * ni / (ni - 1) + vs * ns / (ns - 1)
                     details.append(f"| {name} | {G} | {m} | {(est.mean() - truth[k]) / est.std(ddof=1):+.2f} | "
@@ -214,9 +227,11 @@ def main() -> None:
                     + ", ".join(SETTINGS))
     ap.add_argument("--summarise", default=None)
     ap.add_argument("--detail", action="store_true", help="bias, variance ratio, source share and df per metric")
+    ap.add_argument("--previous-df", action="store_true",
+                    help="also the small-cluster interval with the degrees of freedom before (source term on (G-1)/3)")
     args = ap.parse_args()
     if args.summarise:
-        summarise(args.summarise, detail=args.detail)
+        summarise(args.summarise, detail=args.detail, previous=args.previous_df)
     else:
         run(args)
 
