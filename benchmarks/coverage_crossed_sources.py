@@ -25,6 +25,8 @@ default), and the small-cluster correction (the new default). Coverage: share of
 interval holds the truth; its Monte Carlo SE sqrt(c (1 - c) / sets) beside it.
 
     python benchmarks/coverage_crossed_sources.py --pools 20,60,132 --sets 300 --out /tmp/cov.npz
+    python benchmarks/coverage_crossed_sources.py --pools 20 --settings '1.5 corr. R' --sets 1000 --out /tmp/c.npz
+    python benchmarks/coverage_crossed_sources.py --summarise /tmp/c.npz --previous-df --detail
     python benchmarks/coverage_crossed_sources.py --summarise /tmp/cov20.npz,/tmp/cov60.npz,/tmp/cov132.npz
 """
 

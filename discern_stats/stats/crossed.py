@@ -237,12 +237,14 @@ def small_cluster_df(v_item: float, v_source: float, n_items: int, n_sources: in
 
     df_item = G_item - 1, df_source = (G_source - 1) / 2 (`SOURCE_DF_SHARE`), ``v_source_resample`` =
     var(rep_source) on the scale of ``v_source``; var(rep_cell), a variance over the (item, source)
-    cells (about 6x as many as items), is taken as known (its term would be under 2 % of the
-    source resamples' here). The source term is a difference: where sources barely differ it is a
+    cells (about 6x as many as items), is taken as known (at equal variances its term would be
+    (G_source - 1) / (2 (cells - 1)) of the source resamples': 2-11 % for 20-132 sources and 600
+    cells; the coverage study used this rule as written). The source term is a difference: where sources barely differ it is a
     small difference of two large variances and as uncertain as var(rep_source) itself, not a
     chi-square of its own size (the rule before, V_source^2 / ((G_source - 1) / 3), gave the
-    reliability propensity at 20 sources and no source effect df 71 and coverage 0.912 over 1,000
-    data sets; this rule df 10-15 and 0.94-0.97, BENCHMARKS.md, issue 24). Without
+    reliability propensity at 20 sources and no source effect a median df of 71 and coverage 0.909
+    over 1,000 data sets; this rule a median df of 5 and 0.968, and no cell of the grid below 0.93,
+    BENCHMARKS.md, issue 24). Without
     ``v_source_resample`` var(rep_source) is taken as ``v_source`` (var(rep_cell) = 0). Half of
     G_source - 1: where the source term dominates its coefficient of variation over data sets was
     0.36-0.60 at 20 sources (2 / cv^2 = 6-15 degrees of freedom, against 19); with G_source - 1 the
