@@ -25,6 +25,8 @@ default), and the small-cluster correction (the new default). Coverage: share of
 interval holds the truth; its Monte Carlo SE sqrt(c (1 - c) / sets) beside it.
 
     python benchmarks/coverage_crossed_sources.py --pools 20,60,132 --sets 300 --out /tmp/cov.npz
+    python benchmarks/coverage_crossed_sources.py --pools 20 --settings '1.5 corr. R' --sets 1000 --out /tmp/c.npz
+    python benchmarks/coverage_crossed_sources.py --summarise /tmp/c.npz --previous-df --detail
     python benchmarks/coverage_crossed_sources.py --summarise /tmp/cov20.npz,/tmp/cov60.npz,/tmp/cov132.npz
 """
 
@@ -76,7 +78,9 @@ def make_trials(rng: np.random.Generator, n_items: int, pool: dict) -> pd.DataFr
 
 
 def components(df: pd.DataFrame, resamples: int, source_resamples: int, seed: int) -> dict[str, tuple]:
-    """metric -> (estimate, item-bootstrap variance, source term, items, sources) from the package."""
+    """metric -> (estimate, item-bootstrap variance, source term, items, sources, n, var(rep_source),
+    var(rep_cell)) from the package (n: the statistic's count, e.g. pairs of a propensity: the Wilson
+    interval's size cap; the two replicate variances whose difference is the source term)."""
     from discern_stats.stats.crossed import source_variance
     from discern_stats.stats.l2d import _group_stats, prepare
     g = prepare(df, keep_invalid=True)
@@ -85,12 +89,18 @@ def components(df: pd.DataFrame, resamples: int, source_resamples: int, seed: in
     for m in METRICS:
         s = st[m]
         if s.get("boot") is None:  # point estimate only (the truths)
-            out[m] = (s["estimate"], np.nan, np.nan, df.item_id.nunique(), df.source.nunique())
+            out[m] = (s["estimate"], np.nan, np.nan, df.item_id.nunique(), df.source.nunique(), s["n"], np.nan, np.nan)
             continue
         b = s["boot"][np.isfinite(s["boot"])]
         out[m] = (s["estimate"], b.var(ddof=1), source_variance(s["rep_source"], s["rep_cell"]),
-                  df.item_id.nunique(), df.source.nunique())
+                  df.item_id.nunique(), df.source.nunique(), s["n"], *replicate_variances(s))
     return out
+
+
+def replicate_variances(s: dict) -> tuple[float, float]:
+    """(var(rep_source), var(rep_cell)) of one statistic (finite replicates, ddof 1)."""
+    rs, rc = s["rep_source"][np.isfinite(s["rep_source"])], s["rep_cell"][np.isfinite(s["rep_cell"])]
+    return float(rs.var(ddof=1)), float(rc.var(ddof=1))
 
 
 def truths(rng: np.random.Generator, sd: float, corr: bool, items: int, pool: int, draws: int = 6) -> np.ndarray:
@@ -100,10 +110,14 @@ def truths(rng: np.random.Generator, sd: float, corr: bool, items: int, pool: in
 
 
 def run(args: argparse.Namespace) -> None:
-    rng = np.random.default_rng([args.seed] + [int(x) for x in args.pools.split(",")])
+    rng = np.random.default_rng([args.seed] + [int(x) for x in args.pools.split(",")]
+                                + ([] if args.settings is None else [1 + list(SETTINGS).index(x) for x in
+                                                                     args.settings.split(",")]))
     pools = [int(x) for x in args.pools.split(",")]
+    chosen = list(SETTINGS) if args.settings is None else args.settings.split(",")
     res = {}
-    for name, (sd, corr) in SETTINGS.items():
+    for name in chosen:
+        sd, corr = SETTINGS[name]
         tv = truths(rng, sd, corr, args.truth_items, args.truth_pool)
         res[f"truth|{name}"] = tv
         for G in pools:
@@ -116,44 +130,88 @@ def run(args: argparse.Namespace) -> None:
             res[f"sets|{name}|{G}"] = np.array(rows, float)  # sets x metrics x 5
             print(f"SD {name}, pool {G}: {args.sets} sets in {time.time() - t0:.0f} s", flush=True)
     np.savez(args.out, **res)
-    summarise(args.out)
+    summarise(args.out, detail=args.detail)
 
 
-def summarise(paths: str, level: float = 0.95) -> None:
-    """The coverage table of one or more result files (comma-separated); the truths are the mean of
-    every truth draw in all of them."""
+PROPORTIONS = ("rel_propensity", "truth_propensity")  # the package's Wilson interval at the clustered n_eff
+
+
+def interval(m: str, row: np.ndarray, small: bool | str, level: float) -> dict:
+    """The 95 % interval of metric ``m`` from one stored (estimate, v_item, v_source, items, sources[, n]):
+    normal z (``small`` False, the old default) or the package's default now (small-cluster correction;
+    the propensities with the Wilson interval at the clustered effective size, as `l2d` does, when the
+    file holds n; the degrees of freedom from var(rep_source) when the file holds it, else from the
+    source term). ``small="previous"``: the degrees of freedom as before issue 24's second pass (the
+    source term itself on (G_source - 1) / 3), for comparison on the same data sets."""
+    from discern_stats.stats import crossed
     from discern_stats.stats.crossed import crossed_se_interval
+    if small == "previous":
+        share, crossed.SOURCE_DF_SHARE = crossed.SOURCE_DF_SHARE, 1 / 3
+        try:
+            return crossed_se_interval(row[0], row[1], row[2], level=level, chance=None,
+                                       bounds=(-1.0, 1.0) if m in ("SD", "TD", "rho_pop") else (0.0, 1.0),
+                                       n_items=int(row[3]), n_sources=int(row[4]),
+                                       proportion=(int(row[5]), int(row[3])) if m in PROPORTIONS and len(row) > 5
+                                       else None)
+        finally:
+            crossed.SOURCE_DF_SHARE = share
+    est, v_item, v_source, n_i, n_s = row[:5]
+    bounds = (-1.0, 1.0) if m in ("SD", "TD", "rho_pop") else (0.0, 1.0)
+    proportion = (int(row[5]), int(n_i)) if small and m in PROPORTIONS and len(row) > 5 else None
+    return crossed_se_interval(est, v_item, v_source, level=level, chance=None, bounds=bounds,
+                               n_items=int(n_i) if small else None, n_sources=int(n_s) if small else None,
+                               proportion=proportion, v_source_resample=row[6] if len(row) > 6 else None)
+
+
+def summarise(paths: str, level: float = 0.95, detail: bool = False, previous: bool = False) -> None:
+    """The coverage table of one or more result files (comma-separated); the data sets of one cell in
+    several files are pooled (runs with other ``--seed``s add data sets), and the truths are the mean
+    of every truth draw in all of them. ``detail``: per metric, the bias of the estimate and the ratio
+    of the mean estimated variance (small-cluster scaling) to the Monte Carlo variance of the estimates,
+    the source term's share of it, and the median degrees of freedom."""
     files = [np.load(p) for p in paths.split(",")]
-    z = {k: f[k] for f in files for k in f.files if k.startswith("sets|")}
-    for name in SETTINGS:
-        z[f"truth|{name}"] = np.vstack([f[f"truth|{name}"] for f in files if f"truth|{name}" in f.files])
+    z: dict[str, np.ndarray] = {}
+    for f in files:
+        for k in f.files:
+            if k.startswith("sets|"):
+                if k in z:  # pooled with another file's data sets (older files lack n: the common fields)
+                    width = min(f[k].shape[2], z[k].shape[2])
+                    z[k] = np.concatenate([z[k][:, :, :width], f[k][:, :, :width]])
+                else:
+                    z[k] = f[k]
+    truths = {name: np.vstack([f[f"truth|{name}"] for f in files if f"truth|{name}" in f.files])
+              for name in SETTINGS if any(f"truth|{name}" in f.files for f in files)}
     print(f"| source-effect SD | pool | interval | {' | '.join(METRICS)} | SE ratio (mean est. SE / SD of estimates) |")
     print("|---|---|---|" + "---|" * len(METRICS) + "---|")
+    details = []
     for key in [k for k in z if k.startswith("sets|")]:
         _, name, G = key.split("|")
         sets = z[key]
-        truth = z[f"truth|{name}"].mean(axis=0)
-        for label, small in (("normal z (old)", False), ("small-cluster (new)", True)):
+        truth = truths[name].mean(axis=0)
+        rules = [("normal z (old)", False)] + [("small-cluster, df before", "previous")] * previous
+        for label, small in rules + [("small-cluster (new)", True)]:
             cov, ratio = [], []
             for k, m in enumerate(METRICS):
-                hit, ses = [], []
-                for est, v_item, v_source, n_i, n_s in sets[:, k]:
-                    bounds = (-1.0, 1.0) if m in ("SD", "TD", "rho_pop") else (0.0, 1.0)
-                    iv = crossed_se_interval(est, v_item, v_source, level=level, chance=None, bounds=bounds,
-                                             n_items=int(n_i) if small else None,
-                                             n_sources=int(n_s) if small else None)
-                    hit.append(iv["lo"] <= truth[k] <= iv["hi"])
-                    ses.append(iv["se"])
-                c = np.mean(hit)
-                cov.append(f"{c:.3f}")
-                ratio.append(np.mean(ses) / sets[:, k, 0].std(ddof=1))
+                ivs = [interval(m, row, small, level) for row in sets[:, k]]
+                cov.append(f"{np.mean([iv['lo'] <= truth[k] <= iv['hi'] for iv in ivs]):.3f}")
+                ratio.append(np.mean([iv["se"] for iv in ivs]) / sets[:, k, 0].std(ddof=1))
+                if small is True and detail:
+                    est, vi, vs, ni, ns = sets[:, k, :5].T
+                    v = vi * ni / (ni - 1) + vs * ns / (ns - 1)
+                    details.append(f"| {name} | {G} | {m} | {(est.mean() - truth[k]) / est.std(ddof=1):+.2f} | "
+                                   f"{v.mean() / est.var(ddof=1):.2f} | {np.mean(vs * ns / (ns - 1) / v):.2f} | "
+                                   f"{np.median([iv['df'] for iv in ivs]):.0f} |")
             print(f"| {name} | {G} | {label} | {' | '.join(cov)} | {min(ratio):.2f}-{max(ratio):.2f} |")
         n = len(sets)
         print(f"|  |  | (Monte Carlo SE at 0.95: {np.sqrt(0.95 * 0.05 / n):.3f}; {n} sets) |" + " |" * len(METRICS))
-    for key in [k for k in z if k.startswith("truth|")]:
-        tv = z[key]
-        print(f"truth {key[6:]}: " + ", ".join(f"{m} {tv[:, k].mean():.4f} (+-{tv[:, k].std(ddof=1):.4f})"
-                                               for k, m in enumerate(METRICS)))
+    for name, tv in truths.items():
+        print(f"truth {name}: " + ", ".join(f"{m} {tv[:, k].mean():.4f} (+-{tv[:, k].std(ddof=1):.4f})"
+                                            for k, m in enumerate(METRICS)))
+    if detail:
+        print("\n| source-effect SD | pool | metric | bias / SD of estimates | mean V / Monte Carlo var | "
+              "source share of V | median df |")
+        print("|---|---|---|---|---|---|---|")
+        print("\n".join(details))
 
 
 def main() -> None:
@@ -167,10 +225,15 @@ def main() -> None:
     ap.add_argument("--truth-pool", type=int, default=3000)
     ap.add_argument("--seed", type=int, default=24)
     ap.add_argument("--out", default="/tmp/coverage_crossed_sources.npz")
+    ap.add_argument("--settings", default=None, help="comma-separated source-effect settings (default: all): "
+                    + ", ".join(SETTINGS))
     ap.add_argument("--summarise", default=None)
+    ap.add_argument("--detail", action="store_true", help="bias, variance ratio, source share and df per metric")
+    ap.add_argument("--previous-df", action="store_true",
+                    help="also the small-cluster interval with the degrees of freedom before (source term on (G-1)/3)")
     args = ap.parse_args()
     if args.summarise:
-        summarise(args.summarise)
+        summarise(args.summarise, detail=args.detail, previous=args.previous_df)
     else:
         run(args)
 

@@ -343,3 +343,86 @@ def test_cli_contrasts_on_the_papers_plan(tmp_path):
     assert r.exit_code == 2 and "Traceback" not in r.output
     assert "'full-b' was collected under C0, C1, C2, C3 but not C4" in r.output
     assert not (tmp_path / "c2.csv").exists() and not (tmp_path / "m2.csv").exists()  # no partial output
+
+
+def _crossed_rows(n_items: int = 40, n_sources: int = 12, per_item: int = 4, seed: int = 0) -> pd.DataFrame:
+    """Items x sources with source effects on moving (each item meets ``per_item`` distinct sources of
+    the pool, so sources recur across items), 5 factors per item x source, 5 % invalid."""
+    rng = np.random.default_rng(seed)
+    u, rel = rng.normal(0, 1.2, n_sources), rng.uniform(size=n_sources)
+    rows = []
+    for i in range(n_items):
+        T = float(rng.integers(10, 1000))
+        P1 = T if rng.random() < 0.4 else float(round(T * np.exp(rng.normal(0, 0.4))))
+        a = rng.normal(0, 0.7)
+        for j in rng.choice(n_sources, per_item, replace=False):
+            for f in [1 / 3, 1 / 2, 1.0, 2.0, 3.0]:
+                C = T * f
+                imp = abs(P1 - T) - abs(C - T)
+                move = rng.random() < 1 / (1 + np.exp(-(a + u[j] + 0.8 * np.sign(imp))))
+                rows.append(dict(llm="m", strategy="zero-shot", item_id=f"i{i}", truth=T, source=f"s{j}",
+                                 reliability=rel[j], popularity=float(rng.uniform()), factor=f, claim=C, prior=P1,
+                                 posterior=P1 + (rng.uniform(0.2, 1.0) * (C - P1) if move else 0.0),
+                                 valid=rng.random() > 0.05))
+    df = pd.DataFrame(rows)
+    df.loc[~df.valid, "posterior"] = np.nan
+    return df
+
+
+def test_truth_propensity_source_term_is_the_cell_ratio_covariance():
+    """Truth-propensity pairs lie within one item x source cell, so the statistic is the ratio of cell
+    sums sum_c N_c / sum_c D_c and its source term is sum_j sum_{c != c' in j} psi_c psi_c' of the cell
+    linear terms psi_c = (N_c - theta D_c) / D, each pair once, less item levels (issue 24: the pair at
+    both of its members doubled every cell's term, 4x the variance). Brute force: a pair loop per cell
+    (each pair at the row with the larger I), item levels by least squares with item and source
+    dummies, the covariance by a double loop; against the package's replicates at 20,000 resamples."""
+    from discern_stats.stats.crossed import CrossedIndex, source_variance
+    from discern_stats.stats.l2d import _group_stats, prepare
+    g = prepare(_crossed_rows(), keep_invalid=True)
+    st = _group_stats(g, n_resamples=50, seed=1, method="crossed", source_resamples=20000)["truth_propensity"]
+    d = g[g.valid.to_numpy(bool)].reset_index(drop=True)
+    num, den = np.zeros(len(d)), np.zeros(len(d))
+    for _, c in d.groupby(["item_id", "source"]):
+        x, y = c["improvement"].to_numpy(), c["delta"].to_numpy()
+        for a, b in itertools.permutations(range(len(c)), 2):
+            if x[a] > x[b]:
+                r = c.index[a]
+                den[r] += 1
+                num[r] += 1.0 if y[a] > y[b] else 0.5 if y[a] == y[b] else 0.0
+    theta = num.sum() / den.sum()
+    assert st["estimate"] == pytest.approx(theta, abs=1e-12)
+    ix = CrossedIndex.build(d["item_id"], d["source"], 0, 0)
+    w = den / den.sum()
+    adjusted = _item_levels_removed_by_least_squares((num - theta * den) / den.sum(), ix.item, ix.source, w)
+    cells: dict[tuple[int, int], float] = {}
+    for i, j, p in zip(ix.item, ix.source, adjusted):
+        cells[(i, j)] = cells.get((i, j), 0.0) + p
+    cross = sum(a * b for (i, j), a in cells.items() for (i2, j2), b in cells.items() if j == j2 and i != i2)
+    assert cross > 0  # the source effects give the cells of one source a common level
+    # the multinomial resamples estimate it with a relative Monte Carlo error of a few percent
+    assert source_variance(st["rep_source"], st["rep_cell"]) == pytest.approx(cross, rel=0.1)
+
+
+def test_small_cluster_df_counts_the_source_term_as_a_difference_of_two_variances():
+    """Satterthwaite (1946) for V = V_item + (var(rep_source) - var(rep_cell)): hand-worked
+    df = V^2 / (V_item^2 / (G_item - 1) + var(rep_source)^2 / ((G_source - 1) / 2)), each component
+    first scaled by G / (G - 1); the interval is estimate +- t_df sqrt(V) (scipy's t quantile)."""
+    from scipy import stats as sps
+    from discern_stats.stats.crossed import crossed_interval, small_cluster_df
+    # hand-worked: 100 items, 21 sources (df_source = 10): 2.5e-7 / (1.6e-7 / 99 + 2.5e-7 / 10)
+    assert small_cluster_df(4e-4, 1e-4, 100, 21, 5e-4) == pytest.approx(2.5e-7 / (1.6e-7 / 99 + 2.5e-7 / 10), rel=1e-12)
+    # without var(rep_source) it is taken as the source term itself (var(rep_cell) = 0)
+    assert small_cluster_df(4e-4, 1e-4, 100, 21) == pytest.approx(2.5e-7 / (1.6e-7 / 99 + 1e-8 / 10), rel=1e-12)
+    # a small source term that is the difference of two large variances is far less certain
+    assert small_cluster_df(4e-4, 1e-4, 100, 21, 5e-4) < small_cluster_df(4e-4, 1e-4, 100, 21) / 5
+    assert small_cluster_df(1e-6, 1e-4, 100, 3, 1e-2) == 1.0  # never below 1
+    # crossed_interval passes var(rep_source) on: replicates with known variances
+    rng = np.random.default_rng(4)
+    boot, rs, rc = rng.normal(0, 0.02, 400), rng.normal(0, 0.03, 300), rng.normal(0, 0.025, 300)
+    vi, a, c = boot.var(ddof=1) * 30 / 29, rs.var(ddof=1) * 15 / 14, rc.var(ddof=1) * 15 / 14
+    v = vi + (a - c)
+    df = v ** 2 / (vi ** 2 / 29 + a ** 2 / 7)
+    iv = crossed_interval(0.1, boot, rs, rc, level=0.95, chance=0.0, bounds=(-1, 1), n_items=30, n_sources=15)
+    assert iv["df"] == pytest.approx(df, rel=1e-9)
+    assert iv["hi"] - 0.1 == pytest.approx(sps.t.ppf(0.975, df) * np.sqrt(v), rel=1e-9)
+    assert iv["p_value"] == pytest.approx(2 * sps.t.sf(0.1 / np.sqrt(v), df), rel=1e-9)

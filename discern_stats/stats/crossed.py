@@ -28,11 +28,22 @@ V = V_item + V_source - V_item∩source, with two choices that make it usable he
     rescaled by sd(adjusted ranks) / sd(ranks) to the scale of the statistic.
   - Ratio statistics sum(num) / sum(den): the linear terms ψ_r = (num_r - θ den_r) / Σ den less
     their item levels, summed per source and per cell; replicate = Σ W[b, c] ψ_c.
-  - Pair statistics (the propensities: pairs within one item, so item levels cancel inside each
-    pair): the Hajek linear terms, every pair at both of its members, not adjusted.
+  - Pair statistics whose pairs span two sources (the reliability propensity: pairs within one
+    item x factor, members in different sources): the Hajek linear terms, every pair at both of
+    its members (``members=2``), not adjusted.
+  - Pair statistics whose pairs lie within one (item, source) cell (the truth propensity: pairs
+    within one item x source) are a plain ratio of cell sums, theta = sum_c N_c / sum_c D_c
+    (N_c = sum of h over the cell's pairs, D_c their number), so theta_hat - theta =
+    sum_c (N_c - theta D_c) / sum_c D_c exactly: each pair once (``members=1``), linear terms net
+    of item levels like any ratio. Both members of a pair are in the same cell, so putting the pair
+    at both of them doubles every cell's term (4x the source term: coverage 0.985-0.995 at a
+    source-effect SD of 1.5, BENCHMARKS.md, issue 24), and items differ in how often their
+    respondents move at all (h = 1/2 at a tie), a level that the cells of one source (all of
+    other items) do not share.
 - Interval (`crossed_se_interval`): estimate ± t_df · sqrt(V) with the small-cluster correction
   (each component scaled by G / (G - 1), Student t with Satterthwaite degrees of freedom, the
-  source term on (G_source - 1) / 3), clipped to the statistic's range; p-value: the two-sided
+  source term as the difference var(rep_source) - var(rep_cell), var(rep_source) on
+  (G_source - 1) / 2), clipped to the statistic's range; p-value: the two-sided
   test of the distance from the chance value with the same law. Proportions (shares, CD,
   propensities): the Wilson score interval at the clustered effective size, and its score test.
 
@@ -169,7 +180,9 @@ def ratio_source_replicates(num: np.ndarray, den: np.ndarray, ix: CrossedIndex, 
     ``members=2`` for a pair statistic theta = (1/P) sum_pairs h whose rows carry every pair at
     both of its members (so sum(den) = 2P): the linear term of row r is sum_{pairs at r} (h - theta) / P
     (Hajek projection: a change at one member changes each of its pairs), members * (num - theta den) / sum(den).
-    Pairs lie within one item, so their item levels cancel and the terms are not adjusted.
+    The terms are not adjusted for item levels (the reliability propensity: pairs within one item x
+    factor across sources). A pair statistic whose pairs lie within one (item, source) cell is a
+    plain ratio of cell sums: ``members=1`` with each pair once (module docstring).
     """
     rs, rc = ratio_source_replicates_many([num], [den], ix, [members])
     return rs[:, 0], rc[:, 0]
@@ -212,26 +225,35 @@ def source_variance(rep_source: np.ndarray, rep_cell: np.ndarray) -> float:
     return max(0.0, rs.var(ddof=1) - rc.var(ddof=1)) if rs.size > 1 and rc.size > 1 else 0.0
 
 
-SOURCE_DF_SHARE = 1 / 3  # degrees of freedom of the source term: (G_source - 1) / 3 (see small_cluster_df)
+SOURCE_DF_SHARE = 1 / 2  # degrees of freedom of var(rep_source): (G_source - 1) / 2 (see small_cluster_df)
 
 
-def small_cluster_df(v_item: float, v_source: float, n_items: int, n_sources: int) -> float:
-    """Welch-Satterthwaite degrees of freedom of V = V_item + V_source, each component with its own:
-    df = V^2 / (V_item^2 / df_item + V_source^2 / df_source), df_item = G_item - 1 and
-    df_source = (G_source - 1) / 3 (`SOURCE_DF_SHARE`). With no source term df is G_item - 1; when
-    the source term dominates, df_source.
+def small_cluster_df(v_item: float, v_source: float, n_items: int, n_sources: int,
+                     v_source_resample: float | None = None) -> float:
+    """Satterthwaite degrees of freedom of V = V_item + V_source, V_source = var(rep_source) - var(rep_cell)
+    (Satterthwaite 1946, as for an ANOVA variance component formed from two mean squares):
 
-    Why a third: the source term is a difference of two bootstrap variances of a statistic that is
-    not linear in the sources, and it varies more between data sets than a chi-square with
-    G_source - 1 degrees of freedom. In benchmarks/coverage_crossed_sources.py its coefficient of
-    variation, where it dominates, was 0.36-0.60 at 20 sources and 0.22-0.38 at 60, i.e.
-    2 / cv^2 = 6-15 and 14-41 degrees of freedom: (G_source - 1) / 3 is near the low end at both
-    sizes. With G_source - 1 the 20-source intervals covered 0.897-0.910 in the worst cells, with a
-    third 0.920-0.935 (BENCHMARKS.md)."""
+        df = V^2 / (V_item^2 / df_item + var(rep_source)^2 / df_source),
+
+    df_item = G_item - 1, df_source = (G_source - 1) / 2 (`SOURCE_DF_SHARE`), ``v_source_resample`` =
+    var(rep_source) on the scale of ``v_source``; var(rep_cell), a variance over the (item, source)
+    cells (about 6x as many as items), is taken as known (at equal variances its term would be
+    (G_source - 1) / (2 (cells - 1)) of the source resamples': 2-11 % for 20-132 sources and 600
+    cells; the coverage study used this rule as written). The source term is a difference: where sources barely differ it is a
+    small difference of two large variances and as uncertain as var(rep_source) itself, not a
+    chi-square of its own size (the rule before, V_source^2 / ((G_source - 1) / 3), gave the
+    reliability propensity at 20 sources and no source effect a median df of 71 and coverage 0.909
+    over 1,000 data sets; this rule a median df of 5 and 0.968, and no cell of the grid below 0.93,
+    BENCHMARKS.md, issue 24). Without
+    ``v_source_resample`` var(rep_source) is taken as ``v_source`` (var(rep_cell) = 0). Half of
+    G_source - 1: where the source term dominates its coefficient of variation over data sets was
+    0.36-0.60 at 20 sources (2 / cv^2 = 6-15 degrees of freedom, against 19); with G_source - 1 the
+    20-source cells with a source-effect SD of 1.5 covered 0.920-0.941. At least 1."""
+    gross = v_source if v_source_resample is None else max(float(v_source_resample), float(v_source))
     df_source = max((n_sources - 1) * SOURCE_DF_SHARE, 1.0)
     num = (v_item + v_source) ** 2
-    den = v_item ** 2 / max(n_items - 1, 1) + v_source ** 2 / df_source
-    return float(num / den) if den > 0 else float(max(min(n_items - 1, df_source), 1))
+    den = v_item ** 2 / max(n_items - 1, 1) + gross ** 2 / df_source
+    return float(max(num / den, 1.0)) if den > 0 else float(max(min(n_items - 1, df_source), 1))
 
 
 def wilson(p: float, n_eff: float, q: float) -> tuple[float, float]:
@@ -245,13 +267,15 @@ def wilson(p: float, n_eff: float, q: float) -> tuple[float, float]:
 
 def crossed_se_interval(estimate: float, v_item: float, v_source: float, *, level: float, chance: float | None,
                         bounds: tuple[float, float], n_items: int | None = None, n_sources: int | None = None,
-                        proportion: tuple[int, int] | None = None, p_floor: float = 0.0) -> dict:
-    """lo, hi, p_value, se (and df) from the two variance components.
+                        proportion: tuple[int, int] | None = None, p_floor: float = 0.0,
+                        v_source_resample: float | None = None) -> dict:
+    """lo, hi, p_value, se (and df) from the two variance components (and ``v_source_resample``,
+    var(rep_source), whose difference with var(rep_cell) is ``v_source``: the degrees of freedom).
 
     - Small-cluster correction (``n_items`` and ``n_sources`` given): each bootstrap variance of a
       sum over G clusters has expectation (G - 1) / G of the variance, so V_item and V_source are
       scaled by G / (G - 1) (the CR1 factor of each factor); the quantile is Student t with the
-      Satterthwaite degrees of freedom of `small_cluster_df` (the source term on (G_source - 1) / 3),
+      Satterthwaite degrees of freedom of `small_cluster_df` (var(rep_source) on (G_source - 1) / 2),
       and so is the test. Without them:
       normal z, the variances as estimated.
     - ``proportion=(n, clusters)`` (a share, CD, a propensity: a statistic in [0, 1]): the Wilson
@@ -271,7 +295,8 @@ def crossed_se_interval(estimate: float, v_item: float, v_source: float, *, leve
     if n_items is not None and n_sources is not None and n_items > 1 and n_sources > 1:
         v_item = v_item * n_items / (n_items - 1)
         v_source = v_source * n_sources / (n_sources - 1)
-        df = small_cluster_df(v_item, v_source, n_items, n_sources)
+        gross = None if v_source_resample is None else v_source_resample * n_sources / (n_sources - 1)
+        df = small_cluster_df(v_item, v_source, n_items, n_sources, gross)
     se = float(np.sqrt(v_item + v_source))
     law = sps.norm if not np.isfinite(df) else sps.t(df)
     if proportion is not None:
@@ -304,6 +329,8 @@ def crossed_interval(estimate: float, boot_item: np.ndarray, rep_source: np.ndar
     b = boot_item[np.isfinite(boot_item)]
     if b.size < 2 or not np.isfinite(estimate):
         return {"lo": np.nan, "hi": np.nan, "p_value": np.nan, "se": np.nan}
+    rs = rep_source[np.isfinite(rep_source)]
     return crossed_se_interval(estimate, float(b.var(ddof=1)), source_variance(rep_source, rep_cell), level=level,
                                chance=chance, bounds=bounds, n_items=n_items, n_sources=n_sources,
-                               proportion=proportion, p_floor=1.0 / (b.size + 1))
+                               proportion=proportion, p_floor=1.0 / (b.size + 1),
+                               v_source_resample=float(rs.var(ddof=1)) if rs.size > 1 else None)

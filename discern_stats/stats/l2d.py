@@ -481,11 +481,13 @@ def _group_stats(g: pd.DataFrame, *, n_resamples: int, seed: int, method: str, i
     stats = _rho_stats(names, delta, ys, W, ix, method, ("rho_rhat_R", 3, 0) if rated else None)
     rel = propensity_terms(d, "reliability")
     imp = propensity_terms(d, "improvement")
+    # source terms (crossed.ratio_source_replicates): reliability pairs span two sources, every pair at
+    # both of its members; truth pairs lie within one item x source cell, a plain ratio of cell sums
+    # (each pair once, linear terms net of item levels: None, the default)
     pair_terms: list = [None, None]
-    if W is not None and method == "crossed":  # every pair at both of its members (crossed.ratio_source_replicates)
-        for k, (by, larger) in enumerate((("reliability", rel), ("improvement", imp))):
-            smaller = propensity_terms(d, by, role="smaller")
-            pair_terms[k] = (larger[0] + smaller[0], larger[1] + smaller[1], 2)
+    if W is not None and method == "crossed":
+        smaller = propensity_terms(d, "reliability", role="smaller")
+        pair_terms[0] = (rel[0] + smaller[0], rel[1] + smaller[1], 2)
     elig = d.prior_correct.to_numpy() & d.claim_wrong.to_numpy()  # CD: P1 = T and C != T
     first_prior = ~d.duplicated(["strategy", "item_id"]).to_numpy()  # one prior per (strategy, item)
     ones = np.ones(len(d))
