@@ -571,3 +571,64 @@ def test_outcome_shares_use_the_claim_conflicts_with_the_prior_denominator():
     # a global relative tolerance overrides the items' rules: with 25 % every prior is correct
     assert l2d_metrics(df, n_resamples=0, overall=False, tol=0.25).set_index("metric").loc[
         "prior_accuracy", "estimate"] == pytest.approx(1.0)
+
+
+def _item_levels_by_numpy_sweeps(A, Q, c_item, c_source, wi, ws, iterations, tol):
+    """The numpy form of the Gauss-Seidel sweeps of `crossed.remove_item_levels` (before the kernel)."""
+    n_i, n_s = len(wi), len(ws)
+    wi_safe, ws_safe = np.where(wi > 0, wi, 1.0), np.where(ws > 0, ws, 1.0)
+    alpha, beta = np.zeros(n_i), np.zeros(n_s)
+    for _ in range(iterations):
+        new_alpha = np.where(wi > 0, np.bincount(c_item, A - Q * beta[c_source], minlength=n_i) / wi_safe, 0.0)
+        beta = np.where(ws > 0, np.bincount(c_source, A - Q * new_alpha[c_item], minlength=n_s) / ws_safe, 0.0)
+        done = np.max(np.abs(new_alpha - alpha), initial=0.0) <= tol * max(1.0, np.max(np.abs(new_alpha), initial=0.0))
+        alpha = new_alpha
+        if done:
+            break
+    return alpha
+
+
+def test_compiled_kernels_give_the_same_floats_as_their_plain_forms(monkeypatch):
+    """The speed paths of issue 24 change no number: the compiled two-way sweeps equal the numpy
+    sweeps bit for bit (converged, stopped after 3 sweeps, an item and a source without weight);
+    the Spearman kernel with float32 rank storage equals its float64 storage bit for bit, and
+    float64 is chosen beyond 2^23 expanded rows; `tolerance` with per-row rules equals parsing
+    each row's rule."""
+    from discern_stats.core.answers import parse_rule, tolerance
+    from discern_stats.stats import crossed, spearman_lanes
+    rng = np.random.default_rng(11)
+    n_c, n_i, n_s = 600, 80, 30
+    c_item, c_source = rng.integers(0, n_i, n_c), rng.integers(0, n_s, n_c)
+    A, Q = rng.normal(size=n_c), rng.uniform(0.1, 3.0, n_c)
+    Q[c_item == 5] = 0.0
+    Q[c_source == 7] = 0.0
+    wi, ws = np.bincount(c_item, Q, minlength=n_i), np.bincount(c_source, Q, minlength=n_s)
+    for iterations in (100, 3):
+        want = _item_levels_by_numpy_sweeps(A, Q, c_item, c_source, wi, ws, iterations, 1e-12)
+        got = crossed._two_way_sweeps(A, Q, c_item, c_source, wi, ws, iterations, 1e-12)
+        assert np.array_equal(got, want) and np.array_equal(crossed._two_way_sweeps_py(
+            A, Q, c_item, c_source, wi, ws, iterations, 1e-12), want)
+    assert not np.allclose(_item_levels_by_numpy_sweeps(A, Q, c_item, c_source, wi, ws, 3, 1e-12),
+                           _item_levels_by_numpy_sweeps(A, Q, c_item, c_source, wi, ws, 100, 1e-12))
+
+    n, K = 3000, 40
+    cl = rng.integers(0, K, n)
+    x = rng.normal(size=n).round(1)  # ties in x and y
+    ys = [x + rng.normal(size=n).round(1), rng.normal(size=n)]
+    W = np.array(resample_counts(K, 3 * spearman_lanes.LANES + 5, seed=2))
+    assert spearman_lanes._rank_dtype(spearman_lanes._block_layout(W), np.bincount(cl).astype(float)) is np.float32
+    f32 = spearman_lanes.rank_sums(W, cl, x, ys, pair=(0, 1))
+    monkeypatch.setattr(spearman_lanes, "_rank_dtype", lambda Wf, size: np.float64)
+    f64 = spearman_lanes.rank_sums(W, cl, x, ys, pair=(0, 1))
+    assert all(np.array_equal(a, b) for a, b in zip(f32, f64))
+    monkeypatch.undo()
+    big = np.full((1, 2), 2.0 ** 22 + 1)
+    assert spearman_lanes._rank_dtype(spearman_lanes._block_layout(big), np.ones(2)) is np.float64
+
+    T = rng.integers(1, 5000, 500).astype(float)
+    rules = list(rng.choice(np.array(["rel:0.05", "sig:2", "abs:3", "exact", None, float("nan")], dtype=object), 500))
+    want = np.array([{"rel": lambda v, t: v * abs(t), "abs": lambda v, t: v, "exact": lambda v, t: 0.0,
+                      "sig": lambda v, t: 0.5 * 10.0 ** (np.floor(np.log10(t)) - v + 1)}[k](v, t)
+                     for (k, v), t in zip(map(parse_rule, rules), T)])
+    assert np.array_equal(tolerance(T, rules), want)
+    assert np.array_equal(tolerance(T, "rel:0.05"), 0.05 * T) and np.array_equal(tolerance(T, None), np.zeros(500))

@@ -76,19 +76,20 @@ def _half_unit(T: np.ndarray, k: np.ndarray) -> np.ndarray:
 
 
 def tolerance(T: np.ndarray, rules) -> np.ndarray:  # noqa: ANN001 - a rule string or a sequence of them
-    """The absolute tolerance of each row's correctness rule at its truth T."""
+    """The absolute tolerance of each row's correctness rule at its truth T. Each distinct rule is
+    parsed once; one rule for all rows (a string or None) needs no pass over the rows."""
     T = np.asarray(T, float)
     if isinstance(rules, str) or rules is None:
-        rules = [rules] * len(T)
+        parsed, code = [parse_rule(rules)], np.zeros(len(T), np.intp)
+    else:
+        keys = [r if isinstance(r, str) or r is None else (None if isinstance(r, float) and math.isnan(r) else str(r))
+                for r in rules]
+        index = {k: i for i, k in enumerate(dict.fromkeys(keys))}
+        parsed = [parse_rule(k) for k in index]
+        code = np.fromiter((index[k] for k in keys), np.intp, len(keys))
+    kinds = np.array([k for k, _ in parsed], dtype=object)[code] if len(T) else np.empty(0, dtype=object)
+    vals = np.array([v for _, v in parsed], float)[code] if len(T) else np.zeros(0)
     out = np.zeros(len(T))
-    cache: dict = {}
-    kinds = np.empty(len(T), dtype=object)
-    vals = np.zeros(len(T))
-    for i, r in enumerate(rules):
-        key = r if isinstance(r, str) or r is None else (None if isinstance(r, float) and math.isnan(r) else str(r))
-        if key not in cache:
-            cache[key] = parse_rule(key)
-        kinds[i], vals[i] = cache[key]
     rel = kinds == "rel"
     out[rel] = vals[rel] * np.abs(T[rel])
     ab = kinds == "abs"

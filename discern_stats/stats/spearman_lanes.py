@@ -14,7 +14,10 @@ Layout: the resample counts of a block sit together, ``Wf[(block * K + cluster) 
 so the weights of one cluster for the whole block are one contiguous vector load; the x rank of
 each x tie group is stored the same way.
 
-Exactness: weights, rank sums and centred ranks are integers or half-integers, exact in float64;
+Exactness: weights, rank sums and centred ranks are integers or half-integers, exact in float64
+(the centred ranks kept per tie group are stored as float32 when every resample has at most 2^23
+expanded rows, where float32 holds them exactly: half the memory for the kernel's random reads,
+about 2x faster on 10,000-50,000 rows, the same floats; `_rank_dtype`);
 products may be contracted into fused multiply-adds (the only fast-math flag used), which can
 change rho by ~1e-16 at most. rho's division is done afterwards in numpy, where a zero variance
 gives NaN.
@@ -57,23 +60,28 @@ _LLVM_VEC = ir.VectorType(ir.DoubleType(), LANES)
 
 
 def _vector_pointer(context, builder, array_type, array, offset):  # noqa: ANN001, ANN202
+    element = ir.FloatType() if array_type.dtype == types.float32 else ir.DoubleType()
     data = context.make_array(array_type)(context, builder, array).data
-    return builder.bitcast(builder.gep(data, [offset]), _LLVM_VEC.as_pointer())
+    return builder.bitcast(builder.gep(data, [offset]), ir.VectorType(element, LANES).as_pointer())
 
 
 @intrinsic
 def _vload(typingctx, array, offset):  # noqa: ANN001, ANN202
-    """array[offset : offset + LANES] (float64, C-contiguous 1-D) as one vector."""
+    """array[offset : offset + LANES] (float64 or float32, C-contiguous 1-D) as one float64 vector."""
     def codegen(context, builder, sig, args):  # noqa: ANN001, ANN202
-        return builder.load(_vector_pointer(context, builder, sig.args[0], args[0], args[1]), align=8)
+        v = builder.load(_vector_pointer(context, builder, sig.args[0], args[0], args[1]), align=4)
+        return builder.fpext(v, _LLVM_VEC) if sig.args[0].dtype == types.float32 else v
     return _VEC(array, offset), codegen
 
 
 @intrinsic
 def _vstore(typingctx, array, offset, vec):  # noqa: ANN001, ANN202
-    """array[offset : offset + LANES] = vec."""
+    """array[offset : offset + LANES] = vec (rounded to float32 for a float32 array)."""
     def codegen(context, builder, sig, args):  # noqa: ANN001, ANN202
-        builder.store(args[2], _vector_pointer(context, builder, sig.args[0], args[0], args[1]), align=8)
+        v = args[2]
+        if sig.args[0].dtype == types.float32:
+            v = builder.fptrunc(v, ir.VectorType(ir.FloatType(), LANES))
+        builder.store(v, _vector_pointer(context, builder, sig.args[0], args[0], args[1]), align=4)
         return context.get_dummy_value()
     return types.void(array, offset, vec), codegen
 
@@ -205,10 +213,11 @@ def _run_blocks(Wf, size, ix, xend, iys, pys, ykind, ysingle, sxx, syy, sxy, n_g
     n_blocks = sxx.shape[0] // LANES
     n_threads = max(1, min(n_blocks, numba.get_num_threads()))
     bounds = np.linspace(0, n_blocks, min(n_blocks, 4 * n_threads) + 1).round().astype(int)
+    ranks = _rank_dtype(Wf, size)
 
     def chunk(lo: int, hi: int) -> None:
-        _blocks_serial(Wf, lo, hi, size, ix, xend, iys, pys, ykind, ysingle, sxx, syy, sxy, np.empty(n_groups * LANES),
-                       store_j, gather_j, pys2, s12, np.empty(n_groups2 * LANES))
+        _blocks_serial(Wf, lo, hi, size, ix, xend, iys, pys, ykind, ysingle, sxx, syy, sxy,
+                       np.empty(n_groups * LANES, ranks), store_j, gather_j, pys2, s12, np.empty(n_groups2 * LANES, ranks))
 
     if n_threads == 1:
         chunk(0, n_blocks)
@@ -216,6 +225,16 @@ def _run_blocks(Wf, size, ix, xend, iys, pys, ykind, ysingle, sxx, syy, sxy, n_g
     pool = _thread_pool(n_threads)
     for f in [pool.submit(chunk, int(lo), int(hi)) for lo, hi in zip(bounds[:-1], bounds[1:])]:
         f.result()
+
+
+def _rank_dtype(Wf: np.ndarray, size: np.ndarray) -> type:
+    """float32 for the kept centred ranks (``a``, ``a2``) when every resample has at most 2^23 expanded
+    rows N: a centred rank is a half-integer of size at most N / 2, so float32 (24-bit significand)
+    holds it exactly and the sums are the same floats as with float64, from half the memory (the
+    ranks are read in y order, i.e. at random, so they are the kernel's cache misses); else float64."""
+    K = size.shape[0]
+    totals = np.einsum("bkl,k->bl", Wf.reshape(-1, K, LANES), size) if K else np.zeros(1)
+    return np.float32 if totals.max(initial=0.0) <= 2.0 ** 23 else np.float64
 
 
 _POOL: dict[tuple[int, int], ThreadPoolExecutor] = {}
