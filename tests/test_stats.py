@@ -136,6 +136,23 @@ def test_fenwick_python_and_compiled_agree_with_ties():
     assert n1.sum() == num and d1.sum() == den
 
 
+def test_pair_groups_partition_equals_groupby():
+    """The pair groups (rows sharing strategy, item and factor / source) are the partition pandas'
+    groupby gives, for string, categorical and float keys, whatever the labels."""
+    from discern_stats.stats.l2d import PAIR_WITHIN, _pair_groups
+    rng = np.random.default_rng(3)
+    n = 2_000
+    d = pd.DataFrame({"strategy": pd.Categorical(rng.choice(["a", "b", "c"], n)),
+                      "item_id": rng.choice([f"i{k}" for k in range(40)], n),
+                      "factor": rng.choice([0.5, 0.8, 1.25, 2.0], n),
+                      "source": rng.choice([f"s{k}" for k in range(15)], n)})
+    for by in PAIR_WITHIN:
+        ours = _pair_groups(d, by)
+        ref = d.groupby(list(PAIR_WITHIN[by]), sort=False, observed=True).ngroup().to_numpy()
+        pairs = set(zip(ours.tolist(), ref.tolist()))
+        assert len(pairs) == len(set(ours.tolist())) == len(set(ref.tolist()))  # a bijection of labels
+
+
 def test_outcome_taxonomy_hand_cases():
     P1 = np.array([10, 10, 12, 12, 12, 12.0])
     P2 = np.array([10, 15, 12, 11, 14, 8.0])

@@ -231,8 +231,16 @@ PAIR_WITHIN = {"reliability": ("strategy", "item_id", "factor"), "improvement": 
 
 
 def _pair_groups(d: pd.DataFrame, by: str) -> np.ndarray:
+    """One integer per row naming its pair group (the rows sharing every column of
+    ``PAIR_WITHIN[by]`` present): the columns' factorised codes combined, refactorised after each
+    column so the label stays below the row count. Labels are arbitrary (only equality is used);
+    the same partition as ``groupby(cols).ngroup()``, without the frame copy groupby makes."""
     cols = [c for c in PAIR_WITHIN[by] if c in d.columns]
-    return d.groupby(cols, sort=False, observed=True).ngroup().to_numpy(np.int64)
+    label = np.zeros(len(d), np.int64)
+    for c in cols:
+        codes, uniques = pd.factorize(d[c], use_na_sentinel=False)
+        label, _ = pd.factorize(label * len(uniques) + codes)
+    return label.astype(np.int64, copy=False)
 
 
 def propensity_terms(d: pd.DataFrame, by: str, role: str = "larger") -> tuple[np.ndarray, np.ndarray]:
