@@ -659,7 +659,8 @@ def loo_frame(ctx: ReportContext) -> pd.DataFrame:
         rows.append({"model": MODEL_LABELS[kind], "left out": units[kind], "clusters": t["clusters"],
                      "elpd (LOO)": t["elpd_loo"], "SE": t["se"], "p (LOO)": t["p_loo"],
                      "Pareto k > 0.7": t["pareto_k_over_0.7"], "draws": t["draws"], "note": ""})
-    return pd.DataFrame(rows)
+    out = pd.DataFrame(rows)
+    return out.drop(columns="note") if "note" in out and not out["note"].fillna("").astype(bool).any() else out
 
 
 def loo_table(ctx: ReportContext) -> "GT | _HTML":
