@@ -20,8 +20,9 @@ where f = (P2 - P1) / (C - P1) is the fraction of the way to the claim. The mode
 describe the size of an "away" move (away from the claim, f < 0, or past it, f > 1, counted in
 `DiscernmentModel.outcome_counts`), so E[f] counts it as ``away_value`` (default 0: the expected
 move toward the claim, with away moves moving nothing toward it). Each E_u is a Gauss-Hermite
-quadrature with `GH_NODES` nodes: E g(eta + sd Z) = pi^(-1/2) sum_i w_i g(eta + sqrt(2) sd x_i),
-exact for polynomials of degree < 2 `GH_NODES` (to 1e-10 for the logistic at sd <= 5).
+quadrature with `GH_NODES` nodes: E g(eta + sd Z) = pi^(-1/2) sum_i w_i g(eta + sqrt(2) sd x_i)
+(measured against scipy's adaptive quadrature over |eta| <= 5: error <= 2e-7 at sd <= 3 and <= 1e-5
+at sd = 5, i.e. 0.001 percentage points; 32 nodes gave 8e-4 at sd = 5).
 
 - `implied_grid`: these quantities at each predictor's -1 SD, +1 SD and the data's min and max
   (the other predictors at 0, their mean; an indicator at 0 and 1).
@@ -49,7 +50,7 @@ import pandas as pd
 from ..core.errors import InputError
 from .base import HDI_PROB, hdi_columns
 
-GH_NODES = 32
+GH_NODES = 64
 POOLED = "(mean over groups)"
 QUANTITIES = ("P(update)", "P(away)", "P(full)", "P(partial)", "E[f]")
 HEADLINE = ("P(update)", "E[f]")  # the quantities effects are reported for
