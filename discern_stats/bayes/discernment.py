@@ -68,7 +68,7 @@ import pandas as pd
 from ..core.answers import is_correct
 from ..core.vocab import AWAY_KINDS, RESPONSES
 from ..core.coding import classify_response
-from ..core.errors import InputError
+from ..core.errors import InputError, StaleFitError
 from .base import HDI_PROB, BayesModel, hdi_columns
 from .spec import Block, HierarchicalGLM
 
@@ -342,23 +342,79 @@ class DiscernmentModel(BayesModel):
 DISCERNMENT_SCALE_PRIORS = ((2.0, 0.25), (2.0, 0.1), (5.0, 1.0))  # (tau_shape, tau_sd): the default, tighter, previous
 
 
-def discernment_prior_sensitivity(df: pd.DataFrame, priors: tuple[tuple[float, float], ...] = DISCERNMENT_SCALE_PRIORS,
-                                  fit_kwargs: dict[str, Any] | None = None, **config: Any) -> pd.DataFrame:
-    """The discernment model's slopes (and popularity - reliability) under each between-group scale
-    prior tau ~ Gamma(tau_shape, tau_shape / tau_sd) (mean tau_sd): one row per prior x part x group
-    x term with the posterior mean, 94 % HDI, the part's median tau per term and each fit's
-    convergence flag; the default, a tighter one and the previous default Gamma(5, 5)."""
-    rows = []
+def scale_prior_label(shape: float, sd: float) -> str:
+    """'Gamma(2, 8)': tau ~ Gamma(shape, rate = shape / sd)."""
+    return f"Gamma({shape:g}, {shape / sd:g})"
+
+
+def sensitivity_fit_name(shape: float, sd: float) -> str:
+    """The saved fit's name (models folder) of the discernment model under one scale prior: the main
+    fit's own name under the default prior, else 'discernment_tau_<shape>_<sd>'."""
+    c = DiscernmentModel.default_config
+    if (float(shape), float(sd)) == (float(c["tau_shape"]), float(c["tau_sd"])):
+        return DiscernmentModel.name
+    return f"{DiscernmentModel.name}_tau_{shape:g}_{sd:g}".replace(".", "p")
+
+
+def _check_priors(priors: tuple[tuple[float, float], ...]) -> None:
     for shape, sd in priors:
         if not (shape > 0 and sd > 0):
             raise InputError(f"a scale prior needs tau_shape > 0 and tau_sd > 0, got ({shape}, {sd})")
-        m = DiscernmentModel(df, **{**config, "tau_shape": float(shape), "tau_sd": float(sd)})
-        m.fit(**(fit_kwargs or {}))
+
+
+def prior_sensitivity_table(fits: dict[str, "DiscernmentModel"]) -> pd.DataFrame:
+    """The slopes (and popularity - reliability) of each fit (label -> fitted model): one row per
+    prior x part x group x term with the posterior mean, 94 % HDI, the part's median tau per term
+    and the fit's convergence flag."""
+    rows = []
+    for label, m in fits.items():
         t = m.summary()
-        t.insert(0, "scale_prior", f"Gamma({shape:g}, {shape / sd:g})")
+        t.insert(0, "scale_prior", label)
         preds = list(m.config["predictors"])
         tau_med = {(part, k): float(np.median(m.draws(f"{part}_tau")[:, i])) for part in PARTS
                    if f"{part}_tau" in m.idata["posterior"].data_vars for i, k in enumerate(preds)}
         t["tau_median"] = [tau_med.get((p, k), np.nan) for p, k in zip(t.part, t.term)]
         rows.append(t[["scale_prior", "part", "group", "term", "mean", "hdi_lo", "hdi_hi", "tau_median", "converged"]])
     return pd.concat(rows, ignore_index=True)
+
+
+def discernment_prior_sensitivity(df: pd.DataFrame, priors: tuple[tuple[float, float], ...] = DISCERNMENT_SCALE_PRIORS,
+                                  fit_kwargs: dict[str, Any] | None = None, models_dir: Any = None,
+                                  **config: Any) -> pd.DataFrame:
+    """The discernment model's slopes (and popularity - reliability) under each between-group scale
+    prior tau ~ Gamma(tau_shape, tau_shape / tau_sd) (mean tau_sd): one row per prior x part x group
+    x term with the posterior mean, 94 % HDI, the part's median tau per term and each fit's
+    convergence flag; the default, a tighter one and the previous default Gamma(5, 5).
+
+    ``models_dir``: each fit is saved there (`sensitivity_fit_name`) and a matching saved fit is
+    reused (`BayesModel.fit_or_load`), so a report can show the table without fitting
+    (`load_prior_sensitivity`)."""
+    _check_priors(priors)
+    fits = {}
+    for shape, sd in priors:
+        cfg = {**config, "tau_shape": float(shape), "tau_sd": float(sd)}
+        if models_dir is None:
+            m = DiscernmentModel(df, **cfg)
+            m.fit(**(fit_kwargs or {}))
+        else:
+            m = DiscernmentModel.fit_or_load(df, models_dir, sensitivity_fit_name(shape, sd), fit_kwargs=fit_kwargs or {},
+                                             **cfg)
+        fits[scale_prior_label(shape, sd)] = m
+    return prior_sensitivity_table(fits)
+
+
+def load_prior_sensitivity(df: pd.DataFrame, models_dir: Any,
+                           priors: tuple[tuple[float, float], ...] = DISCERNMENT_SCALE_PRIORS
+                           ) -> tuple[dict[str, "DiscernmentModel"], dict[str, str]]:
+    """The saved fits of `discernment_prior_sensitivity` (never fits): (label -> model for each
+    prior whose fit is saved and current, label -> why not for the others)."""
+    _check_priors(priors)
+    fits, missing = {}, {}
+    for shape, sd in priors:
+        label = scale_prior_label(shape, sd)
+        try:
+            fits[label] = DiscernmentModel.load(df, models_dir, sensitivity_fit_name(shape, sd),
+                                                tau_shape=float(shape), tau_sd=float(sd))
+        except (FileNotFoundError, StaleFitError, InputError) as exc:
+            missing[label] = str(exc)
+    return fits, missing
