@@ -454,3 +454,4 @@ def test_discernment_page_shows_the_model_section(rendered):
     assert "pp per −1 → +1 SD" in text and "Correct defense, %" in text and "CD (observed)" in text
     assert "Prior predictive check of the discernment model" in text
     assert "Prior sensitivity of the discernment model" in text
+    assert "away from claim (f < 0)" in text and "past claim (f > 1)" in text  # the away split, counted

@@ -335,7 +335,8 @@ class DiscernmentModel(BayesModel):
                                  "mean": float(diff.mean()), "hdi_lo": float(dlo[0]), "hdi_hi": float(dhi[0]),
                                  "p_positive": float((diff > 0).mean()), "n_rows": n, "hdi_prob": HDI_PROB})
         t = pd.DataFrame(rows)
-        t["scale"] = "logit per SD of the predictor"
+        t["scale"] = np.where(t.term.isin(INDICATORS), "logit difference, 1 vs 0 (indicator)",
+                              "logit per SD of the predictor")
         return t
 
 

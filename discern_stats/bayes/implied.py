@@ -27,7 +27,9 @@ at sd = 5, i.e. 0.001 percentage points; 32 nodes gave 8e-4 at sd = 5).
 - `implied_grid`: these quantities at each predictor's -1 SD, +1 SD and the data's min and max
   (the other predictors at 0, their mean; an indicator at 0 and 1).
 - `implied_effects`: the change from -1 SD to +1 SD (indicator: 0 to 1) in percentage points, and
-  popularity - reliability (the difference of those two changes) with P(> 0).
+  popularity - reliability (the difference of those two changes) with P(> 0). The opt-in
+  ``prior_correct`` contrast (0 -> 1 with improvement at its mean) is partly off the data's support,
+  since a correct prior always has I~ = -1; `implied_correct_defense` is the on-support quantity.
 - `implied_correct_defense`: the model's correct-defense rate, P(none) averaged over the group's
   own rows whose prior is correct and whose claim is wrong (the rows `stats.l2d` computes CD on),
   at their own predictor values (improvement is I~ = -1 there under an exact rule). Under an exact

@@ -970,3 +970,48 @@ def sensitivity_table(ctx: ReportContext) -> GT:
                              "default, a tighter one and the previous Gamma(5, 5). Slopes: log-odds (fraction: logit) "
                              "per SD of the predictor; pp rows: the model-implied changes as in the table above. "
                              "Conclusions that hold under every prior do not rest on the choice of τ's prior."))
+
+
+def responses_frame(ctx: ReportContext) -> pd.DataFrame:
+    """Posteriors with C ≠ P1 per LLM x strategy group by response, "away" split into away from the
+    claim (f < 0) and past it (f > 1) (`DiscernmentModel.outcome_counts`; from the data, no fit)."""
+    from ..bayes import DiscernmentModel
+    from ..core.errors import InputError
+    from ..core.vocab import AWAY_KINDS, RESPONSES
+    m = ctx.model("discernment")
+    if m is None:
+        try:
+            m = DiscernmentModel(ctx.trials("l2d"))
+        except InputError:
+            return pd.DataFrame()
+    c = m.outcome_counts()
+    keys = _group_keys(m)
+    lab = _llm_label(ctx)
+    c["order"] = [(list(STRATEGIES).index(keys[g][1]) if g in keys and keys[g][1] in STRATEGIES else 99, g) for g in c.group]
+    c = c.sort_values("order")
+    names = {"none": "no move", "partial": "partial", "full": "full adoption", "away": "away (all)"}
+    out = pd.DataFrame({"strategy": [STRATEGY_LABELS.get(keys[g][1], keys[g][1]) if g in keys else "" for g in c.group],
+                        "LLM": [lab.get(keys[g][0], keys[g][0]) if g in keys else g for g in c.group]})
+    for r in RESPONSES:
+        out[names[r]] = c[r].to_numpy()
+    for k, rule in AWAY_KINDS.items():
+        out[f"{k} ({rule})"] = c[k].to_numpy()
+    out["posteriors"] = c["rows"].to_numpy()
+    return out
+
+
+@needs("l2d")
+def responses_table(ctx: ReportContext) -> GT:
+    df = responses_frame(ctx)
+    if df.empty:
+        return None
+    from ..core.vocab import AWAY_KINDS
+    away = [f"{k} ({rule})" for k, rule in AWAY_KINDS.items()]
+    return (_gt(df, rowname_col="LLM", groupname_col="strategy")
+            .tab_header("Responses to a claim that differs from the prior (the discernment model's data)",
+                        "posteriors per response, f = (P2 − P1)/(C − P1)")
+            .tab_spanner("away, by direction", columns=away)
+            .fmt_integer(columns=[c for c in df.columns if c not in ("strategy", "LLM")])
+            .tab_source_note("No move: P2 = P1; full adoption: P2 = C; partial: 0 < f < 1; away: f < 0 (away from the "
+                             "claim) or f > 1 (past it). The model's P(away | move) part pools the two; the counts show "
+                             "which one an LLM's away moves are."))
