@@ -923,7 +923,7 @@ def prior_predictive_table(ctx: ReportContext) -> GT:
 
 
 def sensitivity_frame(ctx: ReportContext) -> pd.DataFrame:
-    """Per saved scale-prior fit: the mean over groups of each part's reliability and popularity
+    """Per saved scale-prior fit: the pooled mean μ of each part's reliability and popularity
     slopes and their difference (logit per SD), the median τ, and the implied P(update) and E[f]
     changes (pp); with each fit's gate."""
     from ..bayes.discernment import DiscernmentModel, sensitivity_fit_name
@@ -968,7 +968,9 @@ def sensitivity_table(ctx: ReportContext) -> GT:
             .tab_source_note("Each block is a saved fit of the same model and data under another prior on the "
                              "between-group SD τ of every slope, Gamma(shape, rate) with mean shape / rate: the "
                              "default, a tighter one and the previous Gamma(5, 5). Slopes: log-odds (fraction: logit) "
-                             "per SD of the predictor; pp rows: the model-implied changes as in the table above. "
+                             "per SD of the predictor, the pooled mean μ (of the population of groups); pp rows: the "
+                             "model-implied changes as in the table above, the unweighted mean over these groups (narrower "
+                             "than μ's, which carries the uncertainty of groups not seen). "
                              "Conclusions that hold under every prior do not rest on the choice of τ's prior."))
 
 
