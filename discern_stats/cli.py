@@ -490,7 +490,10 @@ def demo_cmd(out: Path = typer.Option(Path("demo_out"), "--out", help="folder fo
              report: bool = typer.Option(True, "--report/--no-report", help="render the report"),
              draws: int = typer.Option(1000, "--draws", min=1, help="posterior draws per chain (NUTS also tunes for as many "
                                        "steps; the discernment model takes twice as many); `fit` has the same defaults"),
-             chains: int = typer.Option(FIT_CHAINS, "--chains", min=1, help="chains (the same default as `fit`)")) -> None:
+             chains: int = typer.Option(FIT_CHAINS, "--chains", min=1, help="chains (the same default as `fit`)"),
+             sensitivity: bool = typer.Option(False, "--sensitivity/--no-sensitivity", help="also fit the discernment "
+                                              "model under the other scale priors (saved; the report's prior "
+                                              "sensitivity table)")) -> None:
     """The main job on embedded defaults: a fresh SQLite database, both designs at demo size,
     three synthetic respondents (SIMULATORS with known weights), collection, metrics, the
     three Bayesian fits and the report.
@@ -499,7 +502,7 @@ def demo_cmd(out: Path = typer.Option(Path("demo_out"), "--out", help="folder fo
     """
     from .demo import run_demo
     files = run_demo(out, worlds=worlds, resamples=resamples, seed=seed, console=console, models_dir=models_dir,
-                     fit=fit, report=report, draws=draws, chains=chains)
+                     fit=fit, report=report, draws=draws, chains=chains, sensitivity=sensitivity)
     if "report" in files:
         console.print(f"[bold]report:[/] {files['report']}")
 

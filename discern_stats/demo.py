@@ -90,7 +90,8 @@ def prepare_output_folder(out: Path) -> None:
 
 def run_demo(out: Path | str = "demo_out", *, worlds: int = 30, resamples: int = 5000, seed: int = 0,
              console: Console | None = None, models_dir: Path | str = "models", fit: bool = True,
-             report: bool = True, draws: int = 1000, chains: int = 2, project: Path | str = ".") -> dict[str, Path]:
+             report: bool = True, draws: int = 1000, chains: int = 2, project: Path | str = ".",
+             sensitivity: bool = False) -> dict[str, Path]:
     console = console or Console()
     out = Path(out)
     prepare_output_folder(out)
@@ -156,6 +157,19 @@ def run_demo(out: Path | str = "demo_out", *, worlds: int = 30, resamples: int =
             console.print(f"{kind} model: {time.perf_counter() - t1:.0f} s, max R-hat {d['max_rhat']:.3f}, "
                           f"min ESS {min(d['min_ess_bulk'], d['min_ess_tail']):.0f}, divergences {d['divergences']}: {flag}")
             files[f"model_{kind}"] = Path(models_dir) / f"{m.name}.nc"
+        if sensitivity:  # opt-in: the discernment model refitted under the other scale priors, saved for the report
+            from .bayes import discernment_prior_sensitivity
+            from .bayes.discernment import DISCERNMENT_SCALE_PRIORS, DiscernmentModel
+            t1 = time.perf_counter()
+            kw = {"draws": draws * DiscernmentModel.draws_factor, "chains": chains, "random_seed": seed, "tune": None}
+            with console.status(f"prior sensitivity: the discernment model under {len(DISCERNMENT_SCALE_PRIORS)} "
+                                f"scale priors"):
+                t = discernment_prior_sensitivity(db.trials("l2d"), fit_kwargs=kw, models_dir=models_dir)
+            bad = sorted(set(t.scale_prior[~t.converged.astype(bool)]))
+            if bad:
+                unconverged.append("discernment prior sensitivity: " + ", ".join(bad))
+            console.print(f"prior sensitivity ({', '.join(dict.fromkeys(t.scale_prior))}): "
+                          f"{time.perf_counter() - t1:.0f} s" + (f"; NOT CONVERGED: {', '.join(bad)}" if bad else ""))
     if report:
         if not (Path(project) / "_quarto.yml").exists():
             console.print(f"no _quarto.yml in {Path(project).resolve()}: run the demo from the repository root "

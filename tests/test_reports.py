@@ -398,3 +398,64 @@ def test_a_figure_with_nothing_to_show_takes_no_number():
     nb.cells = [empty, drawn]
     md = notebook_to_markdown({}, nb)
     assert "Figure 1.</b> B" in md and "Figure 2" not in md and "</b> A" not in md
+
+
+# ---------------------------------------------------------------- issue 25.4 / 25.5: the discernment model on the paper's scale
+def test_discernment_model_section_reads_saved_fits_only(small_demo, tmp_path, monkeypatch):
+    """The implied-effects table is the `bayes.implied` numbers of the saved fit beside the
+    frequentist metrics; the gate note names the failed (short) fit; prior sensitivity shows the
+    saved fits only (the default prior's is the main fit; the others are listed as missing until
+    saved), and building the section never fits."""
+    import shutil
+    from discern_stats import report as R
+    from discern_stats.bayes import DiscernmentModel, discernment_prior_sensitivity
+    from discern_stats.bayes.implied import implied_correct_defense, implied_effects
+    from discern_stats.report.tables import NBSP, _ci
+    env, d = small_demo
+    models = tmp_path / "models"
+    shutil.copytree(env["DISCERN_MODELS"], models)
+    ctx = R.context(env["DISCERN_DB"], models, int(env["DISCERN_RESAMPLES"]), cache_dir="off")
+    fitting = []
+    monkeypatch.setattr(DiscernmentModel, "fit", lambda self, **kw: fitting.append(kw))
+    note = R.tables.discernment_gate_note(ctx).html
+    assert "Convergence gate FAILED" in note and "the discernment fit: max R-hat" in note  # 150 draws
+    assert "no saved fit under Gamma(2, 20), Gamma(5, 5)" in note
+    s = R.tables.sensitivity_frame(ctx)
+    assert set(s.prior) == {"τ ~ Gamma(2, 8) (default)"} and (s["gate passed"] == "NO").all()
+    # the table's cells are the implied numbers of the saved fit, and the frequentist ones beside them
+    m = ctx.model("discernment")
+    f = R.tables.implied_frame(ctx)
+    eff, cd = implied_effects(m), implied_correct_defense(m).set_index("group")
+    assert len(f) == m.data.group.nunique() + 1 and f.LLM.iloc[-1] == "all groups (unweighted mean)"
+    g = sorted(m.data.group.unique())[0]
+    llm, strat = g.split(" / ")
+    row = f[(f.LLM == f"{llm} (simulator)") & (f.strategy == R.tables.STRATEGY_LABELS[strat])].iloc[0]
+    want = eff[(eff.group == g) & (eff.quantity == "P(update)") & (eff.term == "popularity - reliability")].iloc[0]
+    assert row["P(update)|popularity - reliability"] == _ci(want["mean"], want.hdi_lo, want.hdi_hi, 1)
+    assert row["cd_model"] == _ci(*cd.loc[g, ["mean", "hdi_lo", "hdi_hi"]], 1)
+    met = ctx.metrics("l2d").set_index(["llm", "strategy", "metric"]).loc[(llm, strat, "SD")]
+    assert row["freq_SD"] == _ci(met.estimate, met.lo, met.hi, 2) and NBSP in row["freq_SD"]
+    pp = R.tables.prior_predictive_frame(ctx)
+    assert list(pp.quantity)[:4] == ["no move", "partial move", "full adoption", "away from or past the claim"]
+    assert fitting == []  # the page never fits
+    monkeypatch.undo()
+    # once the other priors' fits are saved, the section shows a block per prior, still without fitting
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        discernment_prior_sensitivity(ctx.trials("l2d"), priors=((2.0, 0.25), (5.0, 1.0)), models_dir=models,
+                                      fit_kwargs={"draws": 150, "tune": 150, "chains": 2})
+    monkeypatch.setattr(DiscernmentModel, "fit", lambda self, **kw: fitting.append(kw))
+    ctx = R.context(env["DISCERN_DB"], models, int(env["DISCERN_RESAMPLES"]), cache_dir="off")
+    s = R.tables.sensitivity_frame(ctx)
+    assert list(dict.fromkeys(s.prior)) == ["τ ~ Gamma(2, 8) (default)", "τ ~ Gamma(5, 5)"] and fitting == []
+    assert "no saved fit under Gamma(2, 20)" in R.tables.discernment_gate_note(ctx).html
+    assert "the fit under the scale prior Gamma(5, 5)" in R.tables.discernment_gate_note(ctx).html
+
+
+def test_discernment_page_shows_the_model_section(rendered):
+    text = _visible_text(rendered["discernment"])
+    assert "The discernment model on the paper's scale" in text and "Convergence gate FAILED" in text
+    assert "pp per −1 → +1 SD" in text and "Correct defense, %" in text and "CD (observed)" in text
+    assert "Prior predictive check of the discernment model" in text
+    assert "Prior sensitivity of the discernment model" in text
+    assert "away from claim (f < 0)" in text and "past claim (f > 1)" in text  # the away split, counted

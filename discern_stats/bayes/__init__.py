@@ -4,7 +4,7 @@ the cue-weight models' own Gibbs sampler (`logit_gibbs`)."""
 from ..core.errors import InputError
 from .base import ESS_MIN, HDI_PROB, RHAT_MAX, BayesModel, ConvergenceWarning, check_convergence
 from .cue_weights import CueWeightModel, InterventionContrastModel, prior_sensitivity
-from .discernment import DiscernmentModel, discernment_prior_sensitivity
+from .discernment import DiscernmentModel, discernment_prior_sensitivity, load_prior_sensitivity
 from .logit_gibbs import LogitDesign, logit_gibbs
 
 MODELS = {"cue": CueWeightModel, "discernment": DiscernmentModel, "intervention": InterventionContrastModel}
@@ -29,4 +29,4 @@ def fit(model: str, df, models_dir="models", *, refit: bool = False, fit_kwargs:
     return cls.fit_or_load(df, models_dir, fit_kwargs=fit_kwargs, **config)
 
 
-__all__ += ["fit", "prior_sensitivity", "discernment_prior_sensitivity"]
+__all__ += ["fit", "prior_sensitivity", "discernment_prior_sensitivity", "load_prior_sensitivity"]

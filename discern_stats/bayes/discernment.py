@@ -37,6 +37,21 @@ in log-odds (fraction: in the logit of the median moved fraction) per SD, so "po
 reliability slope" compares the two on the same footing whatever their units (Open PageRank 0-10,
 PC1 0-1). The SDs are in `scales`.
 
+Opt-in term ``prior_correct`` (issue 25.4; ``predictors=[..., "prior_correct"]``, off by default so
+saved fits are unchanged): the indicator 1(P1 correct under the item's rule), coded 0/1, not
+z-scored (its slope is the log-odds difference between a correct and a wrong prior). Why a term
+and not a cluster-mean (Mundlak) term: at an exactly correct prior the scaled improvement is
+forced to I~ = -1 (|P1 - T| = 0), so without the term the improvement slope has to fit two
+different things at once, the graded response to how much better the claim is among wrong priors
+and the discrete "defend a correct answer" behaviour at I~ = -1 (what CD measures). The indicator
+gives the second its own coefficient, so the improvement slope is identified from the wrong
+priors. A Mundlak term (the LLM x item mean of I~) answers another question, item effects u
+correlated with the predictors; the prior, and so prior_correct, is constant within an LLM x item
+cluster, so the indicator already is a cluster-level term.
+
+What the slopes imply on the paper's scale (probabilities, expected fractions, correct-defense
+rates in percentage points) is in `discern_stats.bayes.implied`.
+
 The four parts have disjoint parameters and independent priors, so their posterior factorises:
 each part is a `spec.HierarchicalGLM`, sampled by the exact Gibbs samplers (`logit_gibbs` for the
 three binary parts, `gauss_gibbs` for the fraction) or, from the same specs, by NUTS in one PyMC
@@ -50,13 +65,17 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from ..core.vocab import RESPONSES
+from ..core.answers import is_correct
+from ..core.vocab import AWAY_KINDS, RESPONSES
 from ..core.coding import classify_response
-from ..core.errors import InputError
+from ..core.errors import InputError, StaleFitError
 from .base import HDI_PROB, BayesModel, hdi_columns
 from .spec import Block, HierarchicalGLM
 
-PREDICTORS = ["reliability", "popularity", "improvement"]
+PREDICTORS = ["reliability", "popularity", "improvement"]  # the default predictors
+# opt-in predictors (issue 25.4): named in ``predictors`` to use them; the defaults (and saved fits) are unchanged
+OPTIONAL_PREDICTORS = ["prior_correct"]
+INDICATORS = ("prior_correct",)  # coded 0/1, not standardised
 SOURCE_PREDICTORS = ("reliability", "popularity")  # standardised over distinct sources
 PARTS = ("move", "away", "full", "fraction")
 # each part's outcome as named in a saved fit's observed_data and posterior_predictive groups
@@ -94,10 +113,10 @@ class DiscernmentModel(BayesModel):
         by, preds = list(c["group_by"]), list(c["predictors"])
         if not by:
             raise InputError("discernment model: group_by needs at least one column (e.g. llm)")
-        bad = [p for p in preds if p not in PREDICTORS]
+        bad = [p for p in preds if p not in PREDICTORS + OPTIONAL_PREDICTORS]
         if bad or not preds:
             raise InputError(f"discernment model: unknown predictor {bad[0] if bad else '(none)'!r}; choose from "
-                             f"{', '.join(PREDICTORS)}")
+                             f"{', '.join(PREDICTORS + OPTIONAL_PREDICTORS)}")
         need = ["valid", "truth", "prior", "posterior", "claim", "item_id", *by,
                 *[p for p in preds if p in SOURCE_PREDICTORS]]
         missing = [col for col in dict.fromkeys(need) if col not in df.columns]
@@ -123,9 +142,20 @@ class DiscernmentModel(BayesModel):
         d["improvement"] = np.where(den > 0, (e1 - e2) / den.where(den > 0, 1), 0.0)
         d["response"] = classify_response(d.prior, d.posterior, d.claim)
         f = (d.posterior - d.prior) / (d.claim - d.prior)
+        # kept beside `data`, not in it (the data hash of saved fits is unchanged): the moved fraction f,
+        # and prior / claim correctness under the item's rule (`core.answers`, as `stats.l2d` defines CD)
+        rules = ([None if pd.isna(r) else str(r) for r in d["correct_rule"]] if "correct_rule" in d.columns else None)
+        self.fraction_moved = f.to_numpy(float)
+        self.prior_correct_rows = is_correct(d.prior.to_numpy(), d.truth.to_numpy(), rules)
+        self.claim_wrong_rows = ~is_correct(d.claim.to_numpy(), d.truth.to_numpy(), rules)
+        d["prior_correct"] = self.prior_correct_rows.astype(float)
         d["logit_fraction"] = np.where(d.response == "partial", _logit(f.clip(1e-12, 1 - 1e-12)), 0.0)
         self.scales = {}
         for p in preds:
+            if p in INDICATORS:
+                self.scales[p] = {"mean": 0.0, "sd": 1.0, "over": "indicator 0/1 (not standardised)"}
+                d[f"z_{p}"] = d[p]
+                continue
             by_source = p in SOURCE_PREDICTORS and "source" in d
             base = d.drop_duplicates("source")[p] if by_source else d[p]
             m, s = float(base.mean()), float(base.std(ddof=0))
@@ -137,10 +167,16 @@ class DiscernmentModel(BayesModel):
         return d[list(dict.fromkeys(keep))].reset_index(drop=True)
 
     def outcome_counts(self) -> pd.DataFrame:
-        """Rows per group and response (none / partial / full / away), the data each part sees."""
+        """Rows per group and response (none / partial / full / away), the data each part sees, and
+        "away" split by direction (`core.vocab.AWAY_KINDS`): away from the claim (f < 0) and past it
+        (f > 1), f = (P2 - P1) / (C - P1); the two sum to "away"."""
         t = pd.crosstab(self.data.group, pd.Categorical(self.data.response, RESPONSES), dropna=False)
         t.columns = list(RESPONSES)
-        t["rows"] = t.sum(axis=1)
+        away = self.data.response.to_numpy() == "away"
+        f = self.fraction_moved
+        for name, sel in zip(AWAY_KINDS, (away & (f < 0), away & (f > 1))):
+            t[name] = pd.Series(sel.astype(int)).groupby(self.data.group.to_numpy()).sum().reindex(t.index).fillna(0).astype(int)
+        t["rows"] = t[list(RESPONSES)].sum(axis=1)
         return t.reset_index()
 
     def part_rows(self) -> dict[str, np.ndarray]:
@@ -361,30 +397,87 @@ class DiscernmentModel(BayesModel):
                                  "mean": float(diff.mean()), "hdi_lo": float(dlo[0]), "hdi_hi": float(dhi[0]),
                                  "p_positive": float((diff > 0).mean()), "n_rows": n, "hdi_prob": HDI_PROB})
         t = pd.DataFrame(rows)
-        t["scale"] = "logit per SD of the predictor"
+        t["scale"] = np.where(t.term.isin(INDICATORS), "logit difference, 1 vs 0 (indicator)",
+                              "logit per SD of the predictor")
         return t
 
 
 DISCERNMENT_SCALE_PRIORS = ((2.0, 0.25), (2.0, 0.1), (5.0, 1.0))  # (tau_shape, tau_sd): the default, tighter, previous
 
 
-def discernment_prior_sensitivity(df: pd.DataFrame, priors: tuple[tuple[float, float], ...] = DISCERNMENT_SCALE_PRIORS,
-                                  fit_kwargs: dict[str, Any] | None = None, **config: Any) -> pd.DataFrame:
-    """The discernment model's slopes (and popularity - reliability) under each between-group scale
-    prior tau ~ Gamma(tau_shape, tau_shape / tau_sd) (mean tau_sd): one row per prior x part x group
-    x term with the posterior mean, 94 % HDI, the part's median tau per term and each fit's
-    convergence flag; the default, a tighter one and the previous default Gamma(5, 5)."""
-    rows = []
+def scale_prior_label(shape: float, sd: float) -> str:
+    """'Gamma(2, 8)': tau ~ Gamma(shape, rate = shape / sd)."""
+    return f"Gamma({shape:g}, {shape / sd:g})"
+
+
+def sensitivity_fit_name(shape: float, sd: float) -> str:
+    """The saved fit's name (models folder) of the discernment model under one scale prior: the main
+    fit's own name under the default prior, else 'discernment_tau_<shape>_<sd>'."""
+    c = DiscernmentModel.default_config
+    if (float(shape), float(sd)) == (float(c["tau_shape"]), float(c["tau_sd"])):
+        return DiscernmentModel.name
+    return f"{DiscernmentModel.name}_tau_{shape:g}_{sd:g}".replace(".", "p")
+
+
+def _check_priors(priors: tuple[tuple[float, float], ...]) -> None:
     for shape, sd in priors:
         if not (shape > 0 and sd > 0):
             raise InputError(f"a scale prior needs tau_shape > 0 and tau_sd > 0, got ({shape}, {sd})")
-        m = DiscernmentModel(df, **{**config, "tau_shape": float(shape), "tau_sd": float(sd)})
-        m.fit(**(fit_kwargs or {}))
+
+
+def prior_sensitivity_table(fits: dict[str, "DiscernmentModel"]) -> pd.DataFrame:
+    """The slopes (and popularity - reliability) of each fit (label -> fitted model): one row per
+    prior x part x group x term with the posterior mean, 94 % HDI, the part's median tau per term
+    and the fit's convergence flag."""
+    rows = []
+    for label, m in fits.items():
         t = m.summary()
-        t.insert(0, "scale_prior", f"Gamma({shape:g}, {shape / sd:g})")
+        t.insert(0, "scale_prior", label)
         preds = list(m.config["predictors"])
         tau_med = {(part, k): float(np.median(m.draws(f"{part}_tau")[:, i])) for part in PARTS
                    if f"{part}_tau" in m.idata["posterior"].data_vars for i, k in enumerate(preds)}
         t["tau_median"] = [tau_med.get((p, k), np.nan) for p, k in zip(t.part, t.term)]
         rows.append(t[["scale_prior", "part", "group", "term", "mean", "hdi_lo", "hdi_hi", "tau_median", "converged"]])
     return pd.concat(rows, ignore_index=True)
+
+
+def discernment_prior_sensitivity(df: pd.DataFrame, priors: tuple[tuple[float, float], ...] = DISCERNMENT_SCALE_PRIORS,
+                                  fit_kwargs: dict[str, Any] | None = None, models_dir: Any = None,
+                                  **config: Any) -> pd.DataFrame:
+    """The discernment model's slopes (and popularity - reliability) under each between-group scale
+    prior tau ~ Gamma(tau_shape, tau_shape / tau_sd) (mean tau_sd): one row per prior x part x group
+    x term with the posterior mean, 94 % HDI, the part's median tau per term and each fit's
+    convergence flag; the default, a tighter one and the previous default Gamma(5, 5).
+
+    ``models_dir``: each fit is saved there (`sensitivity_fit_name`) and a matching saved fit is
+    reused (`BayesModel.fit_or_load`), so a report can show the table without fitting
+    (`load_prior_sensitivity`)."""
+    _check_priors(priors)
+    fits = {}
+    for shape, sd in priors:
+        cfg = {**config, "tau_shape": float(shape), "tau_sd": float(sd)}
+        if models_dir is None:
+            m = DiscernmentModel(df, **cfg)
+            m.fit(**(fit_kwargs or {}))
+        else:
+            m = DiscernmentModel.fit_or_load(df, models_dir, sensitivity_fit_name(shape, sd), fit_kwargs=fit_kwargs or {},
+                                             **cfg)
+        fits[scale_prior_label(shape, sd)] = m
+    return prior_sensitivity_table(fits)
+
+
+def load_prior_sensitivity(df: pd.DataFrame, models_dir: Any,
+                           priors: tuple[tuple[float, float], ...] = DISCERNMENT_SCALE_PRIORS
+                           ) -> tuple[dict[str, "DiscernmentModel"], dict[str, str]]:
+    """The saved fits of `discernment_prior_sensitivity` (never fits): (label -> model for each
+    prior whose fit is saved and current, label -> why not for the others)."""
+    _check_priors(priors)
+    fits, missing = {}, {}
+    for shape, sd in priors:
+        label = scale_prior_label(shape, sd)
+        try:
+            fits[label] = DiscernmentModel.load(df, models_dir, sensitivity_fit_name(shape, sd),
+                                                tau_shape=float(shape), tau_sd=float(sd))
+        except (FileNotFoundError, StaleFitError, InputError) as exc:
+            missing[label] = str(exc)
+    return fits, missing

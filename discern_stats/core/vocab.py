@@ -16,6 +16,9 @@ FACTORS: tuple[float, ...] = (1 / 3, 1 / 2, 1.0, 2.0, 3.0)  # claim C = truth x 
 # the response to a claim C after a prior P1 (posterior P2), f = (P2 - P1) / (C - P1):
 # none (P2 = P1), partial (0 < f < 1), full adoption (P2 = C), away (f < 0 or f > 1)
 RESPONSES: tuple[str, ...] = ("none", "partial", "full", "away")
+# "away" split by its direction (issue 25.4): away from the claim (f < 0) or past it (f > 1); the
+# discernment model's outcome_counts columns
+AWAY_KINDS: dict[str, str] = {"away from claim": "f < 0", "past claim": "f > 1"}
 ERA_CUTOFF_YEAR = 1993  # seed 000: items split pre/post internet (year < 1993 is "pre-internet")
 # subgroup gaps: the level each tag is compared against (gap = other level - reference), in seed 000's
 # direction ("OECD members 93 % above non-members", "post-internet facts 19 % above pre-internet ones")
@@ -188,7 +191,8 @@ MODEL_PARAMETER_LABELS: dict[str, str] = {
     "sigma": "random-effect SD σ",
 }
 DISCERNMENT_TERMS: dict[str, str] = {"intercept": "intercept", "reliability": "reliability", "popularity": "popularity",
-                                     "improvement": "improvement I", "popularity - reliability": "popularity − reliability"}
+                                     "improvement": "improvement I", "prior_correct": "prior correct",
+                                     "popularity - reliability": "popularity − reliability"}
 # the designs, trial states, saved models, outcome groups and item tags as tables name them
 DESIGN_LABELS: dict[str, str] = {"l2d": "Design A (discernment)", "cue": "Design B (cue worlds)"}
 TRIAL_STATE_LABELS: dict[str, str] = {"pending": "not yet run", "claimed": "in progress"}  # before a status

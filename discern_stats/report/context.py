@@ -142,6 +142,33 @@ class ReportContext:
                 self._cache[key] = cached_table(self.cache_dir, f"summary_{kind}", ident, m.summary, code="bayes")
         return self._cache[key]
 
+    def fit_table(self, kind: str, name: str, compute, model=None, stem: str | None = None) -> pd.DataFrame | None:
+        """``compute(model)`` for the saved fit of ``kind`` (or the given ``model``, saved as ``stem``),
+        computed once per fit: cached by its saved manifest and the bayes source code (None without
+        a fit)."""
+        m = self.model(kind) if model is None else model
+        if m is None:
+            return None
+        stem = stem or m.name
+        key = f"fit_table:{name}:{stem}"
+        if key not in self._cache:
+            from .cache import cached_table
+            saved = self.models_dir / f"{stem}.json"
+            ident = pd.DataFrame({"manifest": [saved.read_text() if saved.is_file() else repr(m.manifest())]})
+            self._cache[key] = cached_table(self.cache_dir, f"{name}_{stem}", ident, lambda: compute(m), code="bayes")
+        return self._cache[key]
+
+    def discernment_sensitivity(self) -> tuple[dict[str, Any], dict[str, str]]:
+        """The saved fits of the discernment model under the other scale priors (label -> model) and
+        why each missing one is missing (`bayes.load_prior_sensitivity`; never fits)."""
+        if "sensitivity" not in self._cache:
+            if not self.has("l2d"):
+                self._cache["sensitivity"] = ({}, {})
+            else:
+                from ..bayes import load_prior_sensitivity
+                self._cache["sensitivity"] = load_prior_sensitivity(self.trials("l2d"), self.models_dir)
+        return self._cache["sensitivity"]
+
     def model_error(self, kind: str) -> str | None:
         return self._cache.get(f"model_error:{kind}")
 

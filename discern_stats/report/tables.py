@@ -836,3 +836,251 @@ def to_latex(table: GT, path: str | None = None) -> str:
         from pathlib import Path
         Path(path).write_text(tex)
     return tex
+
+
+# ---------------------------------------------------------------- Design A: the discernment model on the paper's scale
+# (issue 25.4 / 25.5): implied effects in percentage points beside SD / TD / CD, the prior predictive check, the prior
+# sensitivity and the gate. Everything from saved fits (the page never fits).
+IMPLIED_TERMS = {"reliability": "reliability", "popularity": "popularity", "popularity - reliability": "pop. − rel."}
+IMPLIED_SPANNERS = {"P(update)": "P(update), pp per −1 → +1 SD", "E[f]": "E[f], pp per −1 → +1 SD"}
+POOLED_GROUP = "(mean over groups)"
+
+
+def _implied(ctx: ReportContext, which: str, model=None, stem: str | None = None) -> pd.DataFrame | None:
+    from ..bayes import implied
+    fn = {"effects": implied.implied_effects, "cd": implied.implied_correct_defense}[which]
+    return ctx.fit_table("discernment", f"implied_{which}", fn, model=model, stem=stem)
+
+
+def _group_keys(m) -> dict[str, tuple[str, str]]:
+    """Model group -> (llm, strategy) when the fit groups by LLM x strategy (else empty)."""
+    if list(m.config["group_by"]) != ["llm", "strategy"]:
+        return {}
+    d = m.data[["group", "llm", "strategy"]].drop_duplicates("group")
+    return {g: (l, s) for g, l, s in zip(d.group, d.llm, d.strategy)}
+
+
+def implied_frame(ctx: ReportContext) -> pd.DataFrame:
+    """One row per LLM x strategy group (strategies in the paper's order) and the mean over groups:
+    the model-implied changes of P(update) and E[f] from -1 SD to +1 SD of reliability and of
+    popularity and their difference (pp, 94 % HDI), the model's correct-defense rate (%) beside the
+    frequentist CD (%), SD and TD (crossed intervals). Internal column ids; labels in `implied_table`."""
+    m = ctx.model("discernment")
+    if m is None:
+        return pd.DataFrame()
+    eff, cd = _implied(ctx, "effects"), _implied(ctx, "cd").set_index("group")
+    keys = _group_keys(m)
+    met = ctx.metrics("l2d")
+    met = met[met.metric.isin(["SD", "TD", "CD"])].set_index(["llm", "strategy", "metric"]) if len(met) else None
+    lab = _llm_label(ctx)
+    groups = sorted(set(eff.group) - {POOLED_GROUP},
+                    key=lambda g: ((list(STRATEGIES).index(keys[g][1]) if g in keys and keys[g][1] in STRATEGIES
+                                    else 99), g))
+    rows = []
+    for g in groups + [POOLED_GROUP]:
+        llm, strat = keys.get(g, (g, ""))
+        row = {"strategy": "Mean over LLM × strategy groups" if g == POOLED_GROUP else STRATEGY_LABELS.get(strat, strat),
+               "LLM": "all groups (unweighted mean)" if g == POOLED_GROUP else lab.get(llm, llm)}
+        e = eff[eff.group == g].set_index(["quantity", "term"])
+        for q in IMPLIED_SPANNERS:
+            for t in IMPLIED_TERMS:
+                row[f"{q}|{t}"] = _ci(*e.loc[(q, t), ["mean", "hdi_lo", "hdi_hi"]], 1) if (q, t) in e.index else "–"
+        row["cd_model"] = _ci(*cd.loc[g, ["mean", "hdi_lo", "hdi_hi"]], 1) if g in cd.index else "–"
+        for k in ("CD", "SD", "TD"):
+            key = (llm, strat, k)
+            if g != POOLED_GROUP and met is not None and key in met.index:
+                r = met.loc[key]
+                scale, digits = (100, 1) if k == "CD" else (1, 2)
+                row[f"freq_{k}"] = _ci(scale * r.estimate, scale * r.lo, scale * r.hi, digits)
+            else:
+                row[f"freq_{k}"] = "–"
+        rows.append(row)
+    return pd.DataFrame(rows)
+
+
+def discernment_gate_note(ctx: ReportContext) -> "_HTML | None":
+    """A visible line on the gate of every fit the model-implied tables rest on: the main discernment
+    fit and the saved prior-sensitivity fits (red when any failed; which ones are missing)."""
+    import html
+    if not ctx.has("l2d"):
+        return None
+    m = ctx.model("discernment")
+    if m is None:
+        return _HTML(f"<p><b>Discernment model:</b> no saved fit ({html.escape(str(ctx.model_error('discernment')))}); "
+                     "fit it with <code>discern-stats fit discernment</code> (the page never fits).</p>")
+    bad = []
+    if not m.diagnostics.get("ok"):
+        bad.append("the discernment fit: " + "; ".join(m.diagnostics.get("problems", [])))
+    fits, missing = ctx.discernment_sensitivity()
+    for label, f in fits.items():
+        if f.config != m.config and not f.diagnostics.get("ok"):  # the default prior's fit is the main one
+            bad.append(f"the fit under the scale prior {label}: " + "; ".join(f.diagnostics.get("problems", [])))
+    parts = []
+    if bad:
+        parts.append("<p style=\"color:#b00020\"><b>⚠ Convergence gate FAILED</b> for " + html.escape(" | ".join(bad))
+                     + ". The numbers below from a failed fit are not to be relied on (see Model diagnostics).</p>")
+    else:
+        parts.append("<p><b>Convergence gate passed</b> (R-hat ≤ 1.01, ESS ≥ 400 for the reported parameters; "
+                     "R-hat ≤ 1.05, ESS ≥ 100 for the nuisance ones) by every saved fit shown below.</p>")
+    if missing:
+        parts.append("<p><b>Prior sensitivity:</b> no saved fit under " + html.escape(", ".join(missing)) + " (run "
+                     "<code>discern-stats demo --sensitivity</code>, or "
+                     "<code>discernment_prior_sensitivity(df, models_dir=...)</code>).</p>")
+    return _HTML("".join(parts))
+
+
+@needs("l2d")
+def implied_table(ctx: ReportContext) -> GT:
+    df = implied_frame(ctx)
+    if df.empty:
+        return _HTML(f"<p>No saved discernment fit ({ctx.model_error('discernment')}).</p>")
+    flag = fit_flag(ctx, "discernment")
+    t = _gt(df, rowname_col="LLM", groupname_col="strategy").tab_header(
+        "The discernment model on the paper's scale (posterior mean [94% HDI]) beside the frequentist metrics",
+        flag or "converged (R-hat ≤ 1.01, ESS ≥ 400)")
+    for q, label in IMPLIED_SPANNERS.items():
+        t = t.tab_spanner(label, columns=[f"{q}|{k}" for k in IMPLIED_TERMS])
+    t = t.tab_spanner("Correct defense, %", columns=["cd_model", "freq_CD"])
+    t = t.tab_spanner("Frequentist", columns=["freq_SD", "freq_TD"])
+    t = t.cols_label(cases={**{f"{q}|{k}": v for q in IMPLIED_SPANNERS for k, v in IMPLIED_TERMS.items()},
+                            "cd_model": "model", "freq_CD": "CD (observed)", "freq_SD": "SD ρ(Δ, R)",
+                            "freq_TD": "TD ρ(Δ, I)"})
+    return t.tab_source_note(
+        "P(update) = P(P2 ≠ P1); E[f] = the expected fraction of the way from the prior to the claim, "
+        "f = (P2 − P1)/(C − P1), full adoption f = 1, no move 0, a partial move its fraction, a move away from the "
+        "claim or past it counted 0 (the model does not describe its size). Each column: the change when the "
+        "predictor goes from 1 SD below to 1 SD above its mean (over the distinct sources), the others at their "
+        "mean, in percentage points; pop. − rel. = the popularity change minus the reliability change (> 0: "
+        "popularity moves the LLM more). The LLM × item effects are integrated over their distribution (a new "
+        "item), not set to 0. Correct defense, model: P(no move) over the group's posteriors with a correct prior "
+        "and a wrong claim, at their own predictors; CD (observed): the share of those that stayed correct, with "
+        "the crossed-design interval. SD and TD as in the main table. Mean over groups: the unweighted mean of the "
+        "groups' quantities (per posterior draw).")
+
+
+def prior_predictive_frame(ctx: ReportContext) -> pd.DataFrame:
+    m = ctx.model("discernment")
+    if m is None:
+        return pd.DataFrame()
+    t = ctx.fit_table("discernment", "prior_predictive", lambda mm: mm.prior_predictive())
+    names = {"none": "no move", "partial": "partial move", "full": "full adoption", "away": "away from or past the claim",
+             "median partial fraction": "median fraction of a partial move"}
+    return pd.DataFrame({"quantity": [names.get(q, q) for q in t.quantity],
+                         "prior 5 %": 100 * t.prior_q05, "prior median": 100 * t.prior_median,
+                         "prior 95 %": 100 * t.prior_q95, "observed": 100 * t.observed,
+                         "observed inside the 90 % band": np.where(t.observed_inside_90, "yes", "NO")})
+
+
+@needs("l2d")
+def prior_predictive_table(ctx: ReportContext) -> GT:
+    df = prior_predictive_frame(ctx)
+    if df.empty:
+        return None
+    m = ctx.model("discernment")
+    c = m.config
+    return (_gt(df, rowname_col="quantity").tab_header("Prior predictive check of the discernment model",
+                                                       "share of posteriors (%) simulated from the priors alone")
+            .fmt_number(columns=["prior 5 %", "prior median", "prior 95 %", "observed"], decimals=1)
+            .tab_source_note(f"200 draws from the priors (slopes: μ ~ N(0, {c['slope_sd']:g}), τ ~ Gamma({c['tau_shape']:g}, "
+                             f"{c['tau_shape'] / c['tau_sd']:g}); intercepts N(0, {c['intercept_sd']:g}); LLM × item SD "
+                             f"HalfNormal({c['item_sd']:g}); residual SD HalfNormal({c['resid_sd']:g})), a response "
+                             "simulated for each of the data's posteriors (at most 20,000), and the 5 %, 50 % and 95 % "
+                             "quantiles over the draws beside the observed share. A NO is a prior that puts the data "
+                             "in its tails."))
+
+
+def sensitivity_frame(ctx: ReportContext) -> pd.DataFrame:
+    """Per saved scale-prior fit: the pooled mean μ of each part's reliability and popularity
+    slopes and their difference (logit per SD), the median τ, and the implied P(update) and E[f]
+    changes (pp); with each fit's gate."""
+    from ..bayes.discernment import DiscernmentModel, sensitivity_fit_name
+    fits, _ = ctx.discernment_sensitivity()
+    c0 = DiscernmentModel.default_config
+    rows = []
+    for label, m in fits.items():
+        default = (m.config["tau_shape"], m.config["tau_sd"]) == (c0["tau_shape"], c0["tau_sd"])
+        block = f"τ ~ {label}" + (" (default)" if default else "")
+        gate = "yes" if m.diagnostics.get("ok") else "NO"
+        s = ctx.fit_table("discernment", "summary", lambda mm: mm.summary(), model=m,
+                          stem=sensitivity_fit_name(m.config["tau_shape"], m.config["tau_sd"]))
+        s = s[s.group == POOLED_GROUP].set_index(["part", "term"])
+        for part, plabel in DISCERNMENT_PARTS.items():
+            if (part, "reliability") not in s.index:
+                continue
+            tau = [np.median(m.draws(f"{part}_tau")[:, list(m.config["predictors"]).index(k)]) for k in
+                   ("reliability", "popularity")]
+            rows.append({"prior": block, "row": f"{plabel}: slope, logit per SD",
+                         **{k: _ci(*s.loc[(part, k), ["mean", "hdi_lo", "hdi_hi"]], 2) for k in IMPLIED_TERMS
+                            if (part, k) in s.index},
+                         "median τ (rel. / pop.)": f"{tau[0]:.2f} / {tau[1]:.2f}", "gate passed": gate})
+        e = _implied(ctx, "effects", model=m, stem=sensitivity_fit_name(m.config["tau_shape"], m.config["tau_sd"]))
+        e = e[e.group == POOLED_GROUP].set_index(["quantity", "term"])
+        for q in IMPLIED_SPANNERS:
+            rows.append({"prior": block, "row": f"{q}, pp per −1 → +1 SD",
+                         **{k: _ci(*e.loc[(q, k), ["mean", "hdi_lo", "hdi_hi"]], 1) for k in IMPLIED_TERMS
+                            if (q, k) in e.index},
+                         "median τ (rel. / pop.)": "–", "gate passed": gate})
+    return pd.DataFrame(rows, columns=["prior", "row", *IMPLIED_TERMS, "median τ (rel. / pop.)", "gate passed"])
+
+
+@needs("l2d")
+def sensitivity_table(ctx: ReportContext) -> GT:
+    df = sensitivity_frame(ctx)
+    if df.empty:
+        return None
+    return (_gt(df, rowname_col="row", groupname_col="prior")
+            .tab_header("Prior sensitivity of the discernment model: the between-group scale prior τ",
+                        "mean over LLM × strategy groups, posterior mean [94% HDI]")
+            .cols_label(cases={k: v for k, v in IMPLIED_TERMS.items()})
+            .tab_source_note("Each block is a saved fit of the same model and data under another prior on the "
+                             "between-group SD τ of every slope, Gamma(shape, rate) with mean shape / rate: the "
+                             "default, a tighter one and the previous Gamma(5, 5). Slopes: log-odds (fraction: logit) "
+                             "per SD of the predictor, the pooled mean μ (of the population of groups); pp rows: the "
+                             "model-implied changes as in the table above, the unweighted mean over these groups (narrower "
+                             "than μ's, which carries the uncertainty of groups not seen). "
+                             "Conclusions that hold under every prior do not rest on the choice of τ's prior."))
+
+
+def responses_frame(ctx: ReportContext) -> pd.DataFrame:
+    """Posteriors with C ≠ P1 per LLM x strategy group by response, "away" split into away from the
+    claim (f < 0) and past it (f > 1) (`DiscernmentModel.outcome_counts`; from the data, no fit)."""
+    from ..bayes import DiscernmentModel
+    from ..core.errors import InputError
+    from ..core.vocab import AWAY_KINDS, RESPONSES
+    m = ctx.model("discernment")
+    if m is None:
+        try:
+            m = DiscernmentModel(ctx.trials("l2d"))
+        except InputError:
+            return pd.DataFrame()
+    c = m.outcome_counts()
+    keys = _group_keys(m)
+    lab = _llm_label(ctx)
+    c["order"] = [(list(STRATEGIES).index(keys[g][1]) if g in keys and keys[g][1] in STRATEGIES else 99, g) for g in c.group]
+    c = c.sort_values("order")
+    names = {"none": "no move", "partial": "partial", "full": "full adoption", "away": "away (all)"}
+    out = pd.DataFrame({"strategy": [STRATEGY_LABELS.get(keys[g][1], keys[g][1]) if g in keys else "" for g in c.group],
+                        "LLM": [lab.get(keys[g][0], keys[g][0]) if g in keys else g for g in c.group]})
+    for r in RESPONSES:
+        out[names[r]] = c[r].to_numpy()
+    for k, rule in AWAY_KINDS.items():
+        out[f"{k} ({rule})"] = c[k].to_numpy()
+    out["posteriors"] = c["rows"].to_numpy()
+    return out
+
+
+@needs("l2d")
+def responses_table(ctx: ReportContext) -> GT:
+    df = responses_frame(ctx)
+    if df.empty:
+        return None
+    from ..core.vocab import AWAY_KINDS
+    away = [f"{k} ({rule})" for k, rule in AWAY_KINDS.items()]
+    return (_gt(df, rowname_col="LLM", groupname_col="strategy")
+            .tab_header("Responses to a claim that differs from the prior (the discernment model's data)",
+                        "posteriors per response, f = (P2 − P1)/(C − P1)")
+            .tab_spanner("away, by direction", columns=away)
+            .fmt_integer(columns=[c for c in df.columns if c not in ("strategy", "LLM")])
+            .tab_source_note("No move: P2 = P1; full adoption: P2 = C; partial: 0 < f < 1; away: f < 0 (away from the "
+                             "claim) or f > 1 (past it). The model's P(away | move) part pools the two; the counts show "
+                             "which one an LLM's away moves are."))
