@@ -180,6 +180,7 @@ def test_known_strategy_effects_are_recovered():
     assert (lo94[0] > 0) and (hi94[1] < 0)
 
 
+@pytest.mark.slow
 def test_gibbs_matches_nuts_on_a_small_structured_model():
     """Binomial family (the Metropolis-Hastings step 6' over (gamma, f, log tau)) with item effects,
     2 strategies x 2 LLMs x 60 binary rows: posterior means of gamma, alpha, tau and the slopes from
@@ -302,3 +303,47 @@ def test_normal_interweaving_leaves_the_conditional_of_tau_invariant():
     assert t.std() == pytest.approx(sdv, rel=0.06)
     wm, wsd = moments(3.0)
     assert abs(t.mean() - wm) > 4.5 * wsd / np.sqrt(C) or not np.isclose(t.std(), wsd, rtol=0.06)
+
+
+@pytest.mark.parametrize("centered", [True, False])
+def test_pymc_build_is_the_structured_model(centered):
+    """At a random point the log-density of `to_pymc` with mean terms equals a hand-written one:
+    b[g] ~ N(gam[strategy(g)] + Q f[llm(g)], tau), gam ~ N(0, 1), f ~ N(0, 0.5), and the Gibbs
+    layout's X beta is that same mean."""
+    import pymc as pm
+    from scipy import stats
+    rng = np.random.default_rng(0)
+    strat, llm = _cells(2, 3)
+    ui = np.repeat(np.arange(6), 5)
+    x = rng.standard_normal(30)
+    k = rng.binomial(1, 0.5, 30)
+    spec = _spec("binomial", k, x, ui, strat, llm, n=np.ones(30, np.int64), tau_shape=2.0, tau_rate=8.0,
+                 centered=centered)
+    with pm.Model(coords=spec.coords) as model:
+        spec.to_pymc()
+    point = {kk: v + rng.normal(0, 0.3, np.shape(v)) for kk, v in model.initial_point().items()}
+    lp_pymc = float(model.compile_logp()(point))
+    gam, f, a = point["gam"], point["al_raw"], point["a"]
+    tau = np.exp(point["tau_log__"])
+    Q = sum_to_zero_basis(3)
+    m = gam[strat] + (Q @ f)[llm]  # 6 x 1
+    if centered:
+        b = point["b"]
+        lp = stats.norm.logpdf(b, m, tau).sum()
+    else:
+        b = m + tau * point["z"]
+        lp = stats.norm.logpdf(point["z"]).sum()
+    eta = a[ui] + b[ui, 0] * x
+    lp += (k * eta - np.logaddexp(0, eta)).sum() + stats.norm.logpdf(a, 0, 2.5).sum()
+    lp += stats.norm.logpdf(gam, 0, 1.0).sum() + stats.norm.logpdf(f, 0, 0.5).sum()
+    lp += (stats.gamma.logpdf(tau, 2.0, scale=1 / 8.0) + np.log(tau)).sum()
+    assert lp == pytest.approx(lp_pymc, rel=1e-7)
+    X, sd, where = spec.mean_design()
+    beta = np.vstack([gam, f])
+    assert np.allclose(X @ beta, m) and np.array_equal(sd, [1.0, 1.0, 0.5, 0.5])
+    assert list(where) == ["gam", "al"]
+    if not centered:  # the Gibbs draws carry z as the non-centred build names it
+        post, dims, _ = spec.sample(draws=3, tune=2, chains=1, random_seed=0)
+        mean = post["gam"][:, :, strat] + post["al"][:, :, llm]
+        assert dims["z"] == ["g", "k"]
+        assert np.allclose(mean + post["tau"][:, :, None] * post["z"], post["b"])
