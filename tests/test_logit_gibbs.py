@@ -52,12 +52,14 @@ def test_gibbs_layout_reproduces_the_pymc_likelihood():
         base = name.removesuffix("_log__")
         point[name] = np.log(vals[base]) if name.endswith("_log__") else vals[base]
     import pytensor
-    [loglik] = model.replace_rvs_by_values([model["chose_B_loglik"]])  # in terms of the value variables
+    loglik = model.logp(vars=[model["chose_B"]], sum=True)  # the observed binomial, in the value variables
     pymc_ll = float(pytensor.function(model.value_vars, loglik, on_unused_input="ignore")(
         *[point[v.name] for v in model.value_vars]))
     theta = np.concatenate([vals["alpha"], vals["beta"], vals["delta"].reshape(L, V1 * K), vals["gamma"]], axis=1)
     eta = (design.A * theta[design.llm]).sum(axis=1) + (vals["sigma_u"][:, None] * vals["z_u"])[design.llm, design.world]
-    ours = float((design.k * eta - design.n * np.logaddexp(0, eta)).sum())
+    from scipy.special import gammaln
+    log_binom = gammaln(design.n + 1) - gammaln(design.k + 1) - gammaln(design.n - design.k + 1)
+    ours = float((design.k * eta - design.n * np.logaddexp(0, eta) + log_binom).sum())
     assert ours == pytest.approx(pymc_ll, rel=1e-10)
 
 

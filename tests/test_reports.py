@@ -145,7 +145,11 @@ def test_fallback_html_has_sections_tables_and_figures(rendered):
     dq = rendered["data_quality"]
     assert "unparseable" in _visible_text(dq) and embedded_images(dq) == 1
     dg = rendered["diagnostics"]
-    assert "NOT CONVERGED" in dg and "max R-hat" in dg and embedded_images(dg) == 3  # a rank plot per saved fit
+    assert "NOT CONVERGED" in dg and "max R-hat" in dg
+    assert embedded_images(dg) == 4  # a rank plot per saved fit and the update-fraction predictive check
+    dgt = _visible_text(dg)
+    assert "Leave-one-cluster-out cross-validation (PSIS-LOO)" in dgt and "LLM × strategy × item" in dgt
+    assert "Posterior predictive check of the discernment model" in dgt and "P(away | moved)" in dgt
 
 
 def test_unconverged_fits_are_flagged_where_their_numbers_appear(rendered):

@@ -4,7 +4,10 @@ A saved fit is two files in the models folder: ``<name>.nc`` (the ArviZ DataTree
 h5netcdf) and ``<name>.json`` (the manifest: model class, config, data hash, sampler
 settings, package versions, convergence diagnostics). ``load`` refuses a fit whose data hash
 differs from the data it is given (a report never shows a stale fit) unless
-``allow_stale=True``; ``fit_or_load`` never refits unchanged data.
+``allow_stale=True``, and a fit saved by another package version or model code (`model_code`);
+``fit_or_load`` never refits unchanged data under unchanged code. Besides the posterior the file
+holds observed_data, constant_data, log_likelihood, posterior_predictive and sample_stats
+(`complete_idata`, `predictive`).
 
 Every fit is checked: max R-hat <= 1.01, min bulk and tail ESS >= 400, zero divergences over the
 reported parameters, and max R-hat <= 1.05, min ESS >= 100 over the nuisance parameters
@@ -16,8 +19,10 @@ reports show it.
 
 from __future__ import annotations
 
+import hashlib
 import json
 import time
+from functools import lru_cache
 import warnings
 from importlib import metadata
 from pathlib import Path
@@ -52,6 +57,16 @@ def versions() -> dict[str, str]:
         except metadata.PackageNotFoundError:
             out[p] = "absent"
     return out
+
+
+@lru_cache(maxsize=1)
+def model_code() -> str:
+    """SHA-256 (first 16 hex digits) of the model code (this package's ``bayes`` modules): a saved fit
+    is reused only by the code that made it, beside the package version (issue 25.6)."""
+    h = hashlib.sha256()
+    for f in sorted(Path(__file__).parent.glob("*.py")):
+        h.update(f.name.encode() + b"\0" + f.read_bytes())
+    return h.hexdigest()[:16]
 
 
 def check_convergence(idata: Any, var_names: list[str], rhat_max: float = RHAT_MAX,
@@ -175,6 +190,9 @@ class BayesModel:
             stats = {}
         self.sampler = {"sampler": sampler, "draws": draws, "tune": tune, "chains": chains,
                         "random_seed": random_seed, "wall_s": time.perf_counter() - t0, **kwargs, **stats}
+        t1 = time.perf_counter()
+        self.complete_idata(random_seed)
+        self.sampler["predictive_s"] = round(time.perf_counter() - t1, 3)
         self.diagnostics = check_convergence(self.idata, self.check_vars)
         if self.nuisance_vars:
             nuis = check_convergence(self.idata, self.nuisance_vars, NUISANCE_RHAT_MAX, NUISANCE_ESS_MIN)
@@ -189,6 +207,39 @@ class BayesModel:
             warnings.warn(f"{self.name}: convergence checks FAILED: {'; '.join(self.diagnostics['problems'])}",
                           ConvergenceWarning, stacklevel=2)
         return self.idata
+
+    joint_loglik: ClassVar[str | None] = None  # with several parts: the name of their joint log-likelihood
+
+    def constant_data(self) -> dict[str, Any]:
+        """Model-level constants for the saved fit's constant_data group (e.g. predictor scales)."""
+        return {}
+
+    def observed_data(self) -> dict[str, Any]:
+        """Model-level observations for the observed_data group beside each part's outcome."""
+        return {}
+
+    def complete_idata(self, seed: int = 0) -> None:
+        """Add what a bambi / brms / ArviZ user expects beside the posterior (`predictive`):
+        observed_data, constant_data, log_likelihood (one value per group-effect cluster, so
+        ``az.loo(idata)`` works), posterior_predictive (``az.plot_ppc_dist``), and for the Gibbs
+        samplers a sample_stats group (``diverging``: always False, a Gibbs sweep has no Hamiltonian
+        trajectory to diverge; NUTS fits keep PyMC's)."""
+        import xarray as xr
+        from .predictive import groups_for
+        try:
+            specs = self.specs()
+        except NotImplementedError:  # a model without a spec (a test double) has nothing to add
+            return
+        post = self.idata["posterior"].to_dataset()
+        groups = groups_for(specs, post, seed=seed, joint=self.joint_loglik, conditional=self.keep_group_effects)
+        groups["constant_data"] = groups["constant_data"].assign(self.constant_data())
+        groups["observed_data"] = groups["observed_data"].assign(self.observed_data())
+        if "sample_stats" not in self.idata.children:
+            groups["sample_stats"] = xr.Dataset({"diverging": xr.DataArray(
+                np.zeros((post.sizes["chain"], post.sizes["draw"]), bool), dims=["chain", "draw"],
+                coords={"chain": post["chain"], "draw": post["draw"]})})
+        for name, ds in groups.items():
+            self.idata[name] = ds
 
     def gibbs_settings(self, spec: Any, options: dict[str, Any]) -> dict[str, Any]:
         """The Gibbs sampler's options for one part (``options``: the caller's); a model may add defaults."""
@@ -231,7 +282,8 @@ class BayesModel:
     def manifest(self) -> dict[str, Any]:
         return {"model": type(self).__name__, "name": self.name, "config": self.config, "data_hash": self.data_hash,
                 "n_rows": int(len(self.data)), "sampler": self.sampler, "diagnostics": self.diagnostics,
-                "versions": versions(), "saved_at": pd.Timestamp.now(tz="UTC").isoformat()}
+                "versions": versions(), "model_code": model_code(),
+                "saved_at": pd.Timestamp.now(tz="UTC").isoformat()}
 
     def save(self, folder: str | Path = "models", name: str | None = None) -> Path:
         if self.idata is None:
@@ -262,10 +314,15 @@ class BayesModel:
         if obj.data_hash != man["data_hash"] and not allow_stale:
             raise StaleFitError(f"{man_path}: the data changed since this fit (hash {man['data_hash'][:12]} vs "
                                 f"{obj.data_hash[:12]}); refit, or load with allow_stale=True")
+        made_by = (man.get("versions", {}).get("discern_stats"), man.get("model_code"))
+        here = (versions()["discern_stats"], model_code())
+        if made_by != here and not allow_stale:
+            raise StaleFitError(f"{man_path}: saved by discern_stats {made_by[0]} (model code {made_by[1]}), this is "
+                                f"{here[0]} (model code {here[1]}); refit, or load with allow_stale=True")
         import arviz as az
         obj.idata = az.from_netcdf(folder / f"{stem}.nc")
         obj.diagnostics, obj.sampler = man["diagnostics"], man["sampler"]
-        obj.stale = obj.data_hash != man["data_hash"]
+        obj.stale = obj.data_hash != man["data_hash"] or made_by != here
         return obj
 
     @classmethod
@@ -306,6 +363,21 @@ class BayesModel:
         obj.reused = False
         obj.reuse_note = f"fitted: {why}"
         return obj
+
+    def loo_table(self) -> dict[str, Any]:
+        """PSIS-LOO over the saved log-likelihood (``az.loo``): elpd, its SE, p_loo, the number of
+        clusters left out one at a time (`predictive`: a group-effect cluster) and how many have
+        Pareto k > 0.7 (where the estimate is unreliable)."""
+        import arviz as az
+        if self.idata is None or "log_likelihood" not in self.idata.children:
+            raise InputError(f"{self.name}: the fit has no log_likelihood group (fit it again)")
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")  # high Pareto k is counted below, not printed
+            res = az.loo(self.idata, pointwise=True)
+        k = np.asarray(res.pareto_k).ravel()
+        return {"elpd_loo": float(res.elpd), "se": float(res.se), "p_loo": float(res.p),
+                "clusters": int(res.n_data_points), "pareto_k_over_0.7": int((k > 0.7).sum()),
+                "draws": int(res.n_samples)}
 
     # -- helpers for subclasses
     def draws(self, var: str) -> np.ndarray:

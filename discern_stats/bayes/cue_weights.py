@@ -136,7 +136,7 @@ class CueWeightModel(BayesModel):
             unit_index=ix["i_llm"], y=d["k"].to_numpy(), n=d["n"].to_numpy(), group="world" if we else None,
             group_index=ix["i_world"] if we else None, mu_sd=c["mu_sd"], tau_shape=c["tau_shape"],
             tau_rate=c["tau_shape"] / c["tau_sd"], sigma_sd=c["sigma_u_sd"], centered=bool(c["centered_weights"]),
-            names={"sigma": "sigma_u", "z": "z_u", "z_pooled": "z", "loglik": "chose_B_loglik"})
+            names={"sigma": "sigma_u", "z": "z_u", "z_pooled": "z", "y": "chose_B"})
 
     def specs(self) -> dict[str, HierarchicalGLM]:
         return {"": self.spec()}

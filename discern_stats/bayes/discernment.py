@@ -74,6 +74,8 @@ from .spec import Block, HierarchicalGLM, MeanTerm, sum_to_zero_basis
 PREDICTORS = ["reliability", "popularity", "improvement"]
 SOURCE_PREDICTORS = ("reliability", "popularity")  # standardised over distinct sources
 PARTS = ("move", "away", "full", "fraction")
+# each part's outcome as named in a saved fit's observed_data and posterior_predictive groups
+OUTCOME_NAMES = {"move": "moved", "away": "away", "full": "full", "fraction": "logit_fraction"}
 
 
 def _joined(df: pd.DataFrame, cols: list[str]) -> pd.Series:
@@ -216,7 +218,10 @@ class DiscernmentModel(BayesModel):
                           mu_sd=c["slope_sd"], tau_shape=c["tau_shape"], tau_rate=c["tau_shape"] / c["tau_sd"],
                           sigma_sd=c["item_sd"], resid_sd=c["resid_sd"],
                           names={"mu": f"{part}_mu", "tau": f"{part}_tau", "sigma": f"{part}_sigma_item",
-                                 "z": f"{part}_z_item", "loglik": f"{part}_loglik", "resid": f"{part}_resid_sd"})
+                                 "z": f"{part}_z_item", "resid": f"{part}_resid_sd", "y": OUTCOME_NAMES[part],
+                                 "row": f"{part}_row", "cluster": f"{part}_cluster", "column": f"{part}_column",
+                                 "n": f"{part}_n", "unit_of_row": f"{part}_group_of_row",
+                                 "group_of_row": f"{part}_item_of_row", "design": f"{part}_design"})
             if c["strategy_effects"]:
                 strategies, s_idx, llms, l_idx = self.group_factors(groups)
                 coords |= {f"{part}_strategy": strategies, f"{part}_llm": llms}
@@ -258,6 +263,20 @@ class DiscernmentModel(BayesModel):
         return out
 
     keep_group_effects = False  # item effects are kept as their scales only
+    joint_loglik = "response"  # log_likelihood: the four parts' joint, per (group, item) cluster
+
+    def constant_data(self) -> dict[str, Any]:
+        """The predictors' scales (z = (value - mean) / sd), what a slope per SD is per."""
+        import xarray as xr
+        preds = list(self.config["predictors"])
+        return {f"scale_{k}": xr.DataArray([self.scales[p][k] for p in preds], dims=["predictor"],
+                                            coords={"predictor": preds}) for k in ("mean", "sd")}
+
+    def observed_data(self) -> dict[str, Any]:
+        """Every modelled row's response (none / partial / full / away), its group and item."""
+        import xarray as xr
+        d = self.data
+        return {c: xr.DataArray(d[c].astype(str).to_numpy(), dims=["row"]) for c in ("response", "group", "item_id")}
     acceptance_note = ("minimum over chains and groups of the Metropolis-Hastings acceptance rates (the "
                        "fraction part is sampled by exact Gibbs draws)")
 
@@ -321,6 +340,49 @@ class DiscernmentModel(BayesModel):
                         "observed": observed[k], "observed_inside_90": bool(q5 <= observed[k] <= q95),
                         "draws": draws, "rows": len(sub)})
         return pd.DataFrame(out)
+
+    # -- posterior predictive check (issue 25.6)
+    HEAP_HALF = 0.01  # a partial fraction within this of 1/2 counts as "at 0.5" (P2 midway between P1 and C)
+
+    def predictive_fractions(self) -> tuple[np.ndarray, np.ndarray]:
+        """(observed, replicated (draws, rows)) update fractions f of the partial moves, f = logistic
+        of the fraction part's outcome, from the saved fit's observed_data and posterior_predictive."""
+        y = OUTCOME_NAMES["fraction"]
+        obs = 1 / (1 + np.exp(-np.asarray(self.idata["observed_data"][y], float)))
+        rep = np.asarray(self.idata["posterior_predictive"][y], float)
+        return obs, 1 / (1 + np.exp(-rep.reshape(-1, rep.shape[-1])))
+
+    def predictive_check(self, prob: float = HDI_PROB) -> pd.DataFrame:
+        """Observed statistics beside their posterior predictive distribution (each part replicated
+        on the rows it models, as the model factorises): P(move), P(away | moved), P(full | moved,
+        not away) -- the heap at f = 1, which the model holds as its own category -- and of the
+        partial moves' fractions the median, the share within 0.01 of 0.5 (the heap a logit-normal
+        does not have) and the shares below 0.1 and above 0.9. Per row: observed, the predictive
+        median and central ``prob`` interval, whether the observed value is inside, the draws."""
+        if self.idata is None or "posterior_predictive" not in self.idata.children:
+            raise InputError("discernment model: the fit has no posterior predictive draws (fit it again)")
+        obs, pp = self.idata["observed_data"], self.idata["posterior_predictive"]
+        rows = []
+
+        def add(quantity, o, r):
+            lo, med, hi = np.quantile(r, [(1 - prob) / 2, 0.5, (1 + prob) / 2])
+            rows.append({"quantity": quantity, "observed": float(o), "predictive_median": float(med),
+                         "predictive_lo": float(lo), "predictive_hi": float(hi),
+                         "observed_inside": bool(lo <= o <= hi), "draws": len(r), "prob": prob})
+
+        for part, label in (("move", "P(move)"), ("away", "P(away | moved)"), ("full", "P(full | moved, not away)")):
+            y = OUTCOME_NAMES[part]
+            if y in obs.data_vars:
+                rep = np.asarray(pp[y], float)
+                add(label, float(np.asarray(obs[y]).mean()), rep.reshape(-1, rep.shape[-1]).mean(axis=1))
+        if OUTCOME_NAMES["fraction"] in obs.data_vars:
+            f, rep = self.predictive_fractions()
+            add("partial moves: median fraction", np.median(f), np.median(rep, axis=1))
+            near = lambda x: (np.abs(x - 0.5) <= self.HEAP_HALF).mean(axis=-1)  # noqa: E731
+            add(f"partial moves: share within {self.HEAP_HALF} of 0.5", near(f), near(rep))
+            add("partial moves: share below 0.1", (f < 0.1).mean(), (rep < 0.1).mean(axis=1))
+            add("partial moves: share above 0.9", (f > 0.9).mean(), (rep > 0.9).mean(axis=1))
+        return pd.DataFrame(rows)
 
     # -- results
     def summary_table(self) -> pd.DataFrame:

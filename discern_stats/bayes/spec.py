@@ -94,7 +94,9 @@ class HierarchicalGLM(PoolingPriors):
     group_index: np.ndarray | None = None
     resid_sd: float = 1.0
     centered: bool = True  # the PyMC build's parameterisation; both Gibbs samplers interweave the two
-    names: dict[str, str] = field(default_factory=dict)  # mu, tau, sigma, z, z_pooled, loglik, resid
+    # parameter names (mu, tau, sigma, z, z_pooled, resid) and the saved fit's data names (y: the
+    # observed outcome; row, cluster, column: dims; n, unit_of_row, group_of_row, design: constant data)
+    names: dict[str, str] = field(default_factory=dict)
     mean_terms: list[MeanTerm] = field(default_factory=list)  # a structured pooled mean (replaces mu)
 
     def __post_init__(self) -> None:
@@ -103,8 +105,11 @@ class HierarchicalGLM(PoolingPriors):
         pooled = [b for b in self.blocks if b.sd is None]
         if len(pooled) > 1:
             raise ValueError("at most one pooled block")
-        self.names = {"mu": "mu", "tau": "tau", "sigma": "sigma_u", "z": "z_u", "z_pooled": "z",
-                      "loglik": "loglik", "resid": "resid_sd", **self.names}
+        y = self.names.get("y", "y")
+        self.names = {"mu": "mu", "tau": "tau", "sigma": "sigma_u", "z": "z_u", "z_pooled": "z", "resid": "resid_sd",
+                      "y": y, "row": f"{y}_row", "cluster": f"{y}_cluster", "column": f"{y}_column", "n": f"{y}_n",
+                      "unit_of_row": f"{y}_{self.unit}", "group_of_row": f"{y}_{self.group}", "design": f"{y}_design",
+                      **self.names}
         self.A = np.ascontiguousarray(self.A, float)
         if self.A.shape[1] != sum(self._width(b) for b in self.blocks):
             raise ValueError(f"A has {self.A.shape[1]} columns; the blocks need {sum(self._width(b) for b in self.blocks)}")
@@ -133,6 +138,17 @@ class HierarchicalGLM(PoolingPriors):
             w = self._width(b)
             out[b.name] = np.arange(start, start + w)
             start += w
+        return out
+
+    def column_labels(self) -> list[str]:
+        """One label per column of A: the block name and its coordinates, e.g. ``beta[order]``."""
+        out = []
+        for b in self.blocks:
+            if not b.dims:
+                out.append(b.name)
+                continue
+            grids = np.meshgrid(*[np.asarray(self.coords[d], dtype=str) for d in b.dims], indexing="ij")
+            out += [f"{b.name}[{', '.join(t)}]" for t in zip(*[g.ravel() for g in grids])]
         return out
 
     @property
@@ -200,12 +216,13 @@ class HierarchicalGLM(PoolingPriors):
             sigma = pm.HalfNormal(nm["sigma"], self.sigma_sd, dims=self.unit)
             z = pm.Normal(nm["z"], 0.0, 1.0, dims=(self.unit, self.group))
             eta = eta + sigma[ui] * z[ui, self.group_index]
+        # observed variables (not a Potential), so PyMC knows the likelihood: pm.sample_posterior_predictive
+        # and pm.compute_log_likelihood work on this model as on any other
         if self.family == "binomial":
-            # binomial log-likelihood up to the constant log C(n, k): k eta - n log(1 + e^eta)
-            pm.Potential(nm["loglik"], (self.y * eta - self.n * pm.math.log1pexp(eta)).sum())
+            pm.Binomial(nm["y"], n=self.n, logit_p=eta, observed=self.y)
         else:
             s = pm.HalfNormal(nm["resid"], self.resid_sd, dims=self.unit)
-            pm.Normal(nm["loglik"], eta, s[ui], observed=self.y)
+            pm.Normal(nm["y"], eta, s[ui], observed=self.y)
 
     def _pymc_mean(self, b: Block):
         """The structured pooled mean of block ``b`` (units x its dims) in PyMC: the sum of the terms'

@@ -423,3 +423,31 @@ def latency_hist(ctx: ReportContext):
     ax.legend(fontsize=8, loc="center left", bbox_to_anchor=(1.01, 0.5), frameon=False)
     fig.tight_layout()
     return fig
+
+
+@_closed
+def update_fraction_ppc(ctx: ReportContext, bins: int = 50):
+    """Observed update fractions of the partial moves (a histogram, bins of 1/``bins``) against the
+    discernment model's posterior predictive: per bin the median and the 94 % interval of the
+    replicated counts over the saved predictive draws."""
+    m = ctx.model("discernment")
+    if m is None or "posterior_predictive" not in m.idata.children:
+        return _empty("no saved discernment fit with posterior predictive draws")
+    obs, rep = m.predictive_fractions()
+    edges = np.linspace(0, 1, bins + 1)
+    o = np.histogram(obs, edges)[0]
+    r = np.stack([np.histogram(x, edges)[0] for x in rep])
+    lo, med, hi = np.quantile(r, [0.03, 0.5, 0.97], axis=0)
+    mid = (edges[:-1] + edges[1:]) / 2
+    fig, ax = plt.subplots(figsize=(8, 3.4))
+    ax.fill_between(mid, lo, hi, step="mid", color=OKABE_ITO[0], alpha=0.25, label="posterior predictive, 94%")
+    ax.step(mid, med, where="mid", color=OKABE_ITO[0], lw=1, label="posterior predictive, median")
+    ax.step(mid, o, where="mid", color="black", lw=1.5, label=f"observed ({len(obs):,} partial moves)")
+    ax.set_xlabel("update fraction f = (P2 − P1) / (C − P1) of a partial move")
+    ax.set_ylabel(f"moves per bin of {1 / bins:g}")
+    ax.set_xlim(0, 1)
+    ax.legend(loc="upper left", bbox_to_anchor=(1.01, 1), frameon=False, fontsize=8)
+    fig.tight_layout()
+    _flag(fig, ctx, "discernment")
+    return fig
+

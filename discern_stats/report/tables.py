@@ -9,6 +9,8 @@ import numpy as np
 import pandas as pd
 from great_tables import GT, loc, style
 
+from ..core.errors import InputError
+
 from ..core.vocab import (CHANCE, CLAIM_AGREES, CONTRAST_ENDPOINT_LABELS, CUE_LABELS, CUE_METRIC_LABELS,
                           DESIGN_LABELS, DISCERNMENT_PARTS, MODEL_LABELS, MODEL_PARAMETER_LABELS, OUTCOME_GROUP_LABELS,
                           SIMULATOR_TAG, SUBGROUP_TAG_LABELS, TRIAL_STATE_LABELS,
@@ -638,6 +640,71 @@ def diagnostics_table(ctx: ReportContext) -> GT:
             .fmt_number(columns=["max R-hat"], decimals=3).fmt_number(columns=["min bulk ESS", "min tail ESS", "wall s"],
                                                                      decimals=0)
             .sub_missing(missing_text="–"))  # an unavailable fit has no numbers: a dash, not 'None'
+
+
+def loo_frame(ctx: ReportContext) -> pd.DataFrame:
+    """PSIS-LOO of every saved fit (`BayesModel.loo_table`), leaving out one group-effect cluster
+    at a time."""
+    units = {"cue": "LLM × world", "discernment": "LLM × strategy × item", "intervention": "LLM × world"}
+    rows = []
+    for kind in ("cue", "discernment", "intervention"):
+        m = ctx.model(kind)
+        if m is None:
+            continue
+        try:
+            t = m.loo_table()
+        except InputError as exc:
+            rows.append({"model": MODEL_LABELS[kind], "left out": units[kind], "note": str(exc)})
+            continue
+        rows.append({"model": MODEL_LABELS[kind], "left out": units[kind], "clusters": t["clusters"],
+                     "elpd (LOO)": t["elpd_loo"], "SE": t["se"], "p (LOO)": t["p_loo"],
+                     "Pareto k > 0.7": t["pareto_k_over_0.7"], "draws": t["draws"], "note": ""})
+    out = pd.DataFrame(rows)
+    return out.drop(columns="note") if "note" in out and not out["note"].fillna("").astype(bool).any() else out
+
+
+def loo_table(ctx: ReportContext) -> "GT | _HTML":
+    f = loo_frame(ctx)
+    if f.empty:
+        return _HTML("<p>No saved fit to cross-validate.</p>")
+    return (_gt(f).tab_header("Leave-one-cluster-out cross-validation (PSIS-LOO) of the saved fits")
+            .fmt_number(columns=[c for c in ("elpd (LOO)", "SE", "p (LOO)") if c in f], decimals=1)
+            .sub_missing(missing_text="–")
+            .tab_source_note("elpd: expected log predictive density of a left-out cluster's data, summed over the "
+                             "clusters (higher is better; compare models on the same data only); p (LOO): the "
+                             "effective number of parameters; Pareto k > 0.7: clusters where the importance-sampling "
+                             "estimate is unreliable (refit without them to check). A cluster's group effect is "
+                             "integrated out, so each value predicts a new item or world of that LLM."))
+
+
+def discernment_ppc_frame(ctx: ReportContext) -> pd.DataFrame:
+    m = ctx.model("discernment")
+    if m is None:
+        return pd.DataFrame()
+    try:
+        t = m.predictive_check()
+    except InputError:
+        return pd.DataFrame()
+    return pd.DataFrame({"statistic": t.quantity, "observed": t.observed,
+                         "posterior predictive (94% interval)": [_ci(a, b, c) for a, b, c in
+                                                                 zip(t.predictive_median, t.predictive_lo,
+                                                                     t.predictive_hi)],
+                         "observed inside": np.where(t.observed_inside, "yes", "NO")})
+
+
+def discernment_ppc_table(ctx: ReportContext) -> "GT | _HTML":
+    f = discernment_ppc_frame(ctx)
+    if f.empty:
+        import html
+        why = ctx.model_error("discernment") or "the saved fit has none; refit the model"
+        return _HTML(f"<p>No posterior predictive check: {html.escape(why)}.</p>")
+    return (_gt(f).tab_header("Posterior predictive check of the discernment model")
+            .fmt_number(columns=["observed"], decimals=3)
+            .tab_source_note("Each part replicated on the rows it models (the model factorises): moving at all over "
+                             "every row, moving away among the moves, full adoption (the heap at f = 1, a category "
+                             "of its own) among the moves toward the claim, and the fraction f of a partial move "
+                             "from its logit-normal. A logit-normal has no heap at f = 0.5: an observed share there "
+                             "above its interval is a heap the model does not reproduce. " + fit_flag(ctx, "discernment")))
 
 
 

@@ -1,0 +1,192 @@
+"""A saved fit holds what an ArviZ user expects (issue 25.6): the cluster log-likelihood against
+independent integrals (scipy's quad, a multivariate normal density, scipy's binomial pmf), and on
+every model's saved fit az.loo and az.plot_ppc_dist run, the groups round-trip through the .nc
+file, and reuse is keyed to the package version and model code."""
+
+from __future__ import annotations
+
+import json
+import sys
+import warnings
+from pathlib import Path
+
+import numpy as np
+import pytest
+from scipy import integrate, stats
+from scipy.special import expit
+
+import discern_stats as ds
+from discern_stats.bayes import CueWeightModel, DiscernmentModel, InterventionContrastModel
+from discern_stats.bayes.predictive import binomial_cluster_loglik, normal_cluster_loglik, thinned
+from discern_stats.core.errors import StaleFitError
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "benchmarks"))
+from bench_discernment import simulate  # noqa: E402
+
+
+def _quad_binomial(eta, k, n, sig):
+    f = lambda x: np.exp(stats.binom.logpmf(k, n, expit(eta + sig * x)).sum()) * stats.norm.pdf(x)  # noqa: E731
+    return np.log(integrate.quad(f, -12, 12, epsabs=0, epsrel=1e-12, limit=400)[0])
+
+
+@pytest.mark.parametrize("sig,rows,n", [(0.05, 3, 1), (0.8, 10, 1), (2.5, 40, 1), (1.2, 6, 9), (4.0, 200, 1)])
+def test_binomial_cluster_loglik_equals_quadrature(sig, rows, n):
+    """Adaptive Gauss-Hermite over the cluster effect against scipy's adaptive quadrature, from a
+    nearly-fixed effect (sigma 0.05) to a dominant one (sigma 4 over 200 rows)."""
+    rng = np.random.default_rng(int(sig * 100) + rows)
+    eta = rng.normal(0, 1, (2, rows))
+    nn = np.full(rows, n)
+    k = rng.binomial(nn, expit(eta[0] + sig * rng.normal()))
+    cl = np.zeros(rows, np.int64)
+    got = binomial_cluster_loglik(eta, k.astype(float), nn.astype(float), np.full((2, 1), sig), cl, 1)
+    for s in range(2):
+        assert got[s, 0] == pytest.approx(_quad_binomial(eta[s], k, nn, sig), abs=1e-6)
+
+
+def test_binomial_clusters_are_separate_integrals():
+    rng = np.random.default_rng(1)
+    cl = np.array([0, 1, 0, 2, 1, 0])
+    eta, k, n = rng.normal(size=(1, 6)), rng.integers(0, 2, 6).astype(float), np.ones(6)
+    sig = np.array([[0.7, 1.5, 0.2]])
+    got = binomial_cluster_loglik(eta, k, n, sig, cl, 3)
+    for c in range(3):
+        r = cl == c
+        assert got[0, c] == pytest.approx(_quad_binomial(eta[0, r], k[r], n[r], sig[0, c]), abs=1e-6)
+
+
+def test_normal_cluster_loglik_is_the_multivariate_density():
+    rng = np.random.default_rng(2)
+    cl = np.array([0, 0, 0, 1, 1, 2])
+    eta, y = rng.normal(size=(1, 6)), rng.normal(size=6)
+    s, sig = np.array([[0.7, 1.1, 0.4]]), np.array([[0.5, 2.0, 0.9]])
+    got = normal_cluster_loglik(eta, y, s, sig, cl, 3)
+    for c in range(3):
+        r = cl == c
+        m = r.sum()
+        cov = s[0, c] ** 2 * np.eye(m) + sig[0, c] ** 2 * np.ones((m, m))
+        assert got[0, c] == pytest.approx(stats.multivariate_normal.logpdf(y[r], eta[0, r], cov), rel=1e-10)
+    free = normal_cluster_loglik(eta, y, s[:, cl], None, np.arange(6), 6)
+    assert np.allclose(free[0], stats.norm.logpdf(y, eta[0], s[0, cl]))
+
+
+def test_thinning_keeps_evenly_spaced_draws():
+    assert list(thinned(2, 10, 1000)) == list(range(10))
+    idx = thinned(4, 1000, 200)
+    assert len(idx) == 50 and idx[0] == 0 and idx[-1] == 999 and np.all(np.diff(idx) > 0)
+
+
+@pytest.fixture(scope="module")
+def saved_fits(tmp_path_factory):
+    """One small saved fit of every model (cue, intervention, discernment), Gibbs-sampled."""
+    from discern_stats.collect.runner import collect
+    from discern_stats.collect.spec import spec_from_dict
+    from discern_stats.designs import design_cue
+    folder = tmp_path_factory.mktemp("fits")
+    url = f"sqlite:///{folder / 't.db'}"
+    design_cue(ds.TrialDB(url).engine, seed=2, n_worlds=20, interventions=["C0", "C4"])
+    llms = [{"name": f"sim-{p}", "provider": f"synthetic:{p}"} for p in ("source-sensitive", "order-biased")]
+    collect(ds.TrialDB(url), spec_from_dict({"name": "t", "design": "cue", "llms": llms, "concurrency": 16,
+                                             "interventions": ["C0", "C4"]}), progress=False)
+    cue = ds.TrialDB(url).trials("cue")
+    l2d, _ = simulate(n_llm=2, n_strategy=2, n_items=25, per_item=6, seed=4)
+    fits = {}
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # 2 x 250 draws do not pass the gate; the groups are what is tested
+        for cls, data in ((CueWeightModel, cue[cue.intervention == "C0"]), (InterventionContrastModel, cue),
+                          (DiscernmentModel, l2d)):
+            m = cls(data)
+            m.fit(draws=250, chains=2, random_seed=0)
+            m.save(folder)
+            fits[cls] = (data, folder)
+    return fits
+
+
+@pytest.mark.parametrize("cls", [CueWeightModel, InterventionContrastModel, DiscernmentModel])
+def test_every_saved_fit_supports_loo_and_ppc(saved_fits, cls):
+    import arviz as az
+    import matplotlib
+    matplotlib.use("Agg")
+    data, folder = saved_fits[cls]
+    m = cls.load(data, folder)
+    groups = set(m.idata.children)
+    assert {"posterior", "observed_data", "constant_data", "log_likelihood", "posterior_predictive",
+            "sample_stats"} <= groups
+    loo = az.loo(m.idata)
+    assert np.isfinite(loo.elpd) and loo.n_data_points == m.idata["log_likelihood"].sizes[
+        next(d for d in m.idata["log_likelihood"].dims if d not in ("chain", "draw"))]
+    # the pointwise values sum to the log-likelihood of all the data at each draw
+    ll = next(iter(m.idata["log_likelihood"].data_vars.values()))
+    assert np.isfinite(np.asarray(ll)).all() and (np.asarray(ll) < 0).all()
+    for name, spec in m.specs().items():
+        nm = spec.names
+        obs = np.asarray(m.idata["observed_data"][nm["y"]])
+        rep = np.asarray(m.idata["posterior_predictive"][nm["y"]])
+        assert rep.shape[-1] == obs.shape[-1] == len(spec.A)
+        if spec.family == "binomial":
+            assert ((rep >= 0) & (rep <= np.asarray(spec.n))).all()
+            # the model fits its own data: the replicated total is near the observed total
+            tot = rep.reshape(-1, rep.shape[-1]).sum(1)
+            assert np.quantile(tot, 0.001) <= obs.sum() <= np.quantile(tot, 0.999), name
+        az.plot_ppc_dist(m.idata, var_names=[nm["y"]], num_samples=10)
+    matplotlib.pyplot.close("all")
+
+
+def test_discernment_joint_loglik_is_the_sum_of_its_parts(saved_fits):
+    """The joint 'response' log-likelihood of a (group, item) cluster equals the sum of the four
+    parts' cluster log-likelihoods recomputed one by one (parts with no rows there add nothing)."""
+    from discern_stats.bayes.predictive import log_likelihood
+    data, folder = saved_fits[DiscernmentModel]
+    m = DiscernmentModel.load(data, folder)
+    joint = m.idata["log_likelihood"]["response"]
+    idx = np.searchsorted(np.asarray(m.idata["posterior"]["draw"]), np.asarray(joint["draw"]))
+    post = m.idata["posterior"].to_dataset()
+    total = {}
+    for spec in m.specs().values():
+        vals, labels = log_likelihood(spec, post, idx)
+        for j, lab in enumerate(labels):
+            total[lab] = total.get(lab, 0) + vals[:, :, j]
+    labels = list(np.asarray(joint["cluster"]))
+    assert sorted(total) == labels
+    assert np.allclose(np.stack([total[k] for k in labels], -1), np.asarray(joint))
+    assert set(np.asarray(m.idata["observed_data"]["response"])) <= {"none", "partial", "full", "away"}
+    assert list(np.asarray(m.idata["constant_data"]["predictor"])) == m.config["predictors"]
+
+
+def test_reuse_is_keyed_to_package_version_and_model_code(saved_fits, tmp_path):
+    import shutil
+    data, folder = saved_fits[DiscernmentModel]
+    for f in ("discernment.nc", "discernment.json"):
+        shutil.copy(folder / f, tmp_path / f)
+    man = json.loads((tmp_path / "discernment.json").read_text())
+    man["model_code"] = "0" * 16
+    (tmp_path / "discernment.json").write_text(json.dumps(man))
+    with pytest.raises(StaleFitError, match="model code"):
+        DiscernmentModel.load(data, tmp_path)
+    assert DiscernmentModel.load(data, tmp_path, allow_stale=True).stale
+    man["model_code"] = json.loads((folder / "discernment.json").read_text())["model_code"]
+    man["versions"]["discern_stats"] = "0.0.0-other"
+    (tmp_path / "discernment.json").write_text(json.dumps(man))
+    with pytest.raises(StaleFitError, match="discern_stats 0.0.0-other"):
+        DiscernmentModel.load(data, tmp_path)
+
+
+def test_discernment_predictive_check_against_the_data(saved_fits):
+    """The observed column is the data's own shares (recomputed from the responses), the predictive
+    interval comes from the saved draws, and the LOO table is az.loo's."""
+    import arviz as az
+    data, folder = saved_fits[DiscernmentModel]
+    m = DiscernmentModel.load(data, folder)
+    t = m.predictive_check().set_index("quantity")
+    r = m.data.response
+    moved = r != "none"
+    assert t.loc["P(move)", "observed"] == pytest.approx(moved.mean())
+    assert t.loc["P(away | moved)", "observed"] == pytest.approx((r[moved] == "away").mean())
+    toward = r.isin(["partial", "full"])
+    assert t.loc["P(full | moved, not away)", "observed"] == pytest.approx((r[toward] == "full").mean())
+    f = expit(m.data.logit_fraction[r == "partial"])
+    assert t.loc["partial moves: median fraction", "observed"] == pytest.approx(np.median(f))
+    assert (t.predictive_lo <= t.predictive_median).all() and (t.predictive_median <= t.predictive_hi).all()
+    assert (t.draws == m.idata["posterior_predictive"].sizes["chain"] * m.idata["posterior_predictive"].sizes["draw"]).all()
+    lt = m.loo_table()
+    assert lt["elpd_loo"] == pytest.approx(float(az.loo(m.idata).elpd))
+    assert lt["clusters"] == m.data.groupby(["group", "item_id"]).ngroups
