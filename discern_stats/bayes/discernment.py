@@ -26,7 +26,22 @@ previous Gamma(5, 5) put 1.9 % of its mass below 0.3. `prior_predictive` shows w
 imply for the response shares; `discernment_prior_sensitivity` refits under other scale priors.
 
 g is a group (default: LLM x prompt strategy), so each LLM x strategy has its own slopes, pooled
-toward the mean over groups. u[g, item] is the LLM x item effect within a strategy: the rows of
+toward the mean over groups.
+
+Strategy effects (issue 25.3; ``strategy_effects=True``, off by default, when off the model above
+is unchanged): the prompt strategies are the paper's interventions, so the pooled mean of a
+group's slope is structured as strategy + LLM, and the residual between-group SD tau is their
+interaction:
+
+    b[g, k] ~ N(gamma[strategy(g), k] + alpha[llm(g), k], tau[k])
+    gamma[s, k] ~ N(0, slope_sd)                       ({part}_strategy_slope)
+    alpha[., k] = Q f[., k],  f ~ N(0, llm_slope_sd)   ({part}_llm_slope; Q the orthonormal
+                                                        sum-to-zero basis, so sum_l alpha[l, k] = 0)
+
+gamma[s] is then strategy s's slope averaged over the LLMs (the LLM effects sum to 0), and
+gamma[s] - gamma[zero-shot] the strategy's effect on the slope (`strategy_contrasts`). The LLM
+factor is the group_by columns other than strategy (no LLM term with one LLM). mu is then not a
+parameter; the summary's "(mean over groups)" row is the mean of gamma over the strategies. u[g, item] is the LLM x item effect within a strategy: the rows of
 one (LLM, strategy, item) share one prior P1 (one conversation start), the dependence it carries.
 No posterior is clipped or moved: every valid row is in exactly one category.
 
@@ -66,11 +81,11 @@ import numpy as np
 import pandas as pd
 
 from ..core.answers import is_correct
-from ..core.vocab import AWAY_KINDS, RESPONSES
+from ..core.vocab import AWAY_KINDS, RESPONSES, STRATEGIES
 from ..core.coding import classify_response
 from ..core.errors import InputError, StaleFitError
 from .base import HDI_PROB, BayesModel, hdi_columns
-from .spec import Block, HierarchicalGLM
+from .spec import Block, HierarchicalGLM, MeanTerm, sum_to_zero_basis
 
 PREDICTORS = ["reliability", "popularity", "improvement"]  # the default predictors
 # opt-in predictors (issue 25.4): named in ``predictors`` to use them; the defaults (and saved fits) are unchanged
@@ -98,7 +113,8 @@ class DiscernmentModel(BayesModel):
     name = "discernment"
     default_config: dict[str, Any] = {"group_by": ["llm", "strategy"], "predictors": list(PREDICTORS),
                                       "item_effects": True, "intercept_sd": 2.5, "slope_sd": 1.0,
-                                      "tau_shape": 2.0, "tau_sd": 0.25, "item_sd": 1.0, "resid_sd": 2.0}
+                                      "tau_shape": 2.0, "tau_sd": 0.25, "item_sd": 1.0, "resid_sd": 2.0,
+                                      "strategy_effects": False, "llm_slope_sd": 0.5}
     default_sampler = "gibbs"
     own_samplers = ("gibbs",)
     default_fit = {"target_accept": 0.95}
@@ -113,6 +129,10 @@ class DiscernmentModel(BayesModel):
         by, preds = list(c["group_by"]), list(c["predictors"])
         if not by:
             raise InputError("discernment model: group_by needs at least one column (e.g. llm)")
+        if c["strategy_effects"] and "strategy" not in by:
+            raise InputError("discernment model: strategy_effects=True needs 'strategy' among the group_by columns")
+        if c["strategy_effects"] and not float(c["llm_slope_sd"]) > 0:
+            raise InputError(f"discernment model: llm_slope_sd must be > 0, got {c['llm_slope_sd']!r}")
         bad = [p for p in preds if p not in PREDICTORS + OPTIONAL_PREDICTORS]
         if bad or not preds:
             raise InputError(f"discernment model: unknown predictor {bad[0] if bad else '(none)'!r}; choose from "
@@ -185,6 +205,21 @@ class DiscernmentModel(BayesModel):
         return {"move": np.ones(len(resp), bool), "away": resp != "none",
                 "full": np.isin(resp, ["partial", "full"]), "fraction": resp == "partial"}
 
+    def group_factors(self, groups: list[str]) -> tuple[list[str], np.ndarray, list[str], np.ndarray]:
+        """With strategy effects: the strategies of ``groups`` (in the order of `core.vocab.STRATEGIES`,
+        others after, sorted) and each group's index among them; the LLM levels (the group_by
+        columns other than strategy, joined) and each group's index."""
+        by = list(self.config["group_by"])
+        others = [b for b in by if b != "strategy"]
+        first = self.data.drop_duplicates("group").set_index("group").loc[groups]
+        strat = first["strategy"].astype(str)
+        present = set(strat)
+        strategies = [x for x in STRATEGIES if x in present] + sorted(present - set(STRATEGIES))
+        llm = _joined(first.reset_index(), others) if others else pd.Series(["(all)"] * len(groups))
+        llms = sorted(set(llm))
+        return (strategies, pd.Categorical(strat, strategies).codes.astype(np.int64), llms,
+                pd.Categorical(llm, llms).codes.astype(np.int64))
+
     # -- the model, specified once per part
     def specs(self) -> dict[str, HierarchicalGLM]:
         """One `HierarchicalGLM` per part with rows (built once: data and config are fixed after
@@ -223,6 +258,14 @@ class DiscernmentModel(BayesModel):
                                  "row": f"{part}_row", "cluster": f"{part}_cluster", "column": f"{part}_column",
                                  "n": f"{part}_n", "unit_of_row": f"{part}_group_of_row",
                                  "group_of_row": f"{part}_item_of_row", "design": f"{part}_design"})
+            if c["strategy_effects"]:
+                strategies, s_idx, llms, l_idx = self.group_factors(groups)
+                coords |= {f"{part}_strategy": strategies, f"{part}_llm": llms}
+                terms = [MeanTerm(f"{part}_strategy_slope", f"{part}_strategy", s_idx, float(c["slope_sd"]))]
+                if len(llms) > 1:
+                    terms.append(MeanTerm(f"{part}_llm_slope", f"{part}_llm", l_idx, float(c["llm_slope_sd"]),
+                                          sum_to_zero=True))
+                common["mean_terms"] = terms
             if part == "fraction":
                 out[part] = HierarchicalGLM(family="normal", y=p.logit_fraction.to_numpy(float), **common)
             else:
@@ -236,7 +279,8 @@ class DiscernmentModel(BayesModel):
         reliability) and the pooling hyperparameters (mu, tau)."""
         out = []
         for part, spec in self.specs().items():
-            out += [f"{part}_slope", spec.names["mu"], spec.names["tau"]]
+            means = [t.name for t in spec.mean_terms] or [spec.names["mu"]]  # strategy (and LLM) effects, or mu
+            out += [f"{part}_slope", *means, spec.names["tau"]]
         return out
 
     @property
@@ -288,12 +332,21 @@ class DiscernmentModel(BayesModel):
         rows = np.linspace(0, len(d) - 1, min(len(d), max_rows)).round().astype(int)
         sub = d.iloc[rows]
         X = sub[[f"z_{k}" for k in c["predictors"]]].to_numpy(float)
-        g = pd.Categorical(sub.group).codes
+        gcat = pd.Categorical(sub.group)
+        g = gcat.codes
         it = pd.Categorical(sub.item_id.astype(str)).codes
         G, I, K = g.max() + 1, it.max() + 1, X.shape[1]
+        if c["strategy_effects"]:
+            strategies, s_idx, llms, l_idx = self.group_factors(list(gcat.categories))
+            Q = sum_to_zero_basis(len(llms))
         eta = {}
         for part in PARTS:
-            mu = rng.normal(0, c["slope_sd"], (draws, 1, K))
+            if c["strategy_effects"]:  # gamma[strategy] + alpha[llm], alpha = Q f
+                gam = rng.normal(0, c["slope_sd"], (draws, len(strategies), K))
+                alpha = np.einsum("lr,srk->slk", Q, rng.normal(0, c["llm_slope_sd"], (draws, Q.shape[1], K)))
+                mu = gam[:, s_idx] + alpha[:, l_idx]
+            else:
+                mu = rng.normal(0, c["slope_sd"], (draws, 1, K))
             tau = rng.gamma(c["tau_shape"], c["tau_sd"] / c["tau_shape"], (draws, 1, K))
             b = mu + tau * rng.standard_normal((draws, G, K))
             a = rng.normal(0, c["intercept_sd"], (draws, G))
@@ -370,7 +423,9 @@ class DiscernmentModel(BayesModel):
     # -- results
     def summary_table(self) -> pd.DataFrame:
         """Per part and group: the slopes (per SD) with 94% HDIs and popularity - reliability with
-        P(> 0); rows with group "(mean over groups)" are the pooled means mu."""
+        P(> 0); rows with group "(mean over groups)" are the pooled means mu. With strategy effects,
+        rows "(strategy mean: s)" are gamma[s] (strategy s's slope averaged over the LLMs) and
+        "(mean over groups)" is their mean over the strategies."""
         preds = list(self.config["predictors"])
         post = self.idata["posterior"]
         masks = self.part_rows()
@@ -381,11 +436,19 @@ class DiscernmentModel(BayesModel):
             counts = self.data.group[masks[part]].value_counts()
             b = self.draws(f"{part}_slope")  # S, G, K
             groups = list(post[f"{part}_slope"].coords[f"{part}_group"].values)
-            mu = self.draws(f"{part}_mu")  # S, K
-            series = [(g, b[:, gi, :]) for gi, g in enumerate(groups)] + [("(mean over groups)", mu)]
-            for g, w in series:
+            series = [(g, b[:, gi, :], int(counts.get(g, 0))) for gi, g in enumerate(groups)]
+            if self.config["strategy_effects"]:
+                gam = self.draws(f"{part}_strategy_slope")  # S, strategies, K
+                strategies = list(post[f"{part}_strategy_slope"].coords[f"{part}_strategy"].values)
+                s_of = dict(zip(groups, self.group_factors(groups)[1]))
+                series += [(f"(strategy mean: {st})", gam[:, si, :],
+                            int(sum(counts.get(g, 0) for g in groups if s_of[g] == si)))
+                           for si, st in enumerate(strategies)]
+                series.append(("(mean over groups)", gam.mean(axis=1), int(counts.sum())))
+            else:
+                series.append(("(mean over groups)", self.draws(f"{part}_mu"), int(counts.sum())))  # mu: S, K
+            for g, w, n in series:
                 lo, hi = hdi_columns(w)
-                n = int(counts.get(g, counts.sum()))
                 for ki, k in enumerate(preds):
                     rows.append({"group": g, "part": part, "term": k, "mean": float(w[:, ki].mean()),
                                  "hdi_lo": float(lo[ki]), "hdi_hi": float(hi[ki]), "p_positive": np.nan,
@@ -399,6 +462,51 @@ class DiscernmentModel(BayesModel):
         t = pd.DataFrame(rows)
         t["scale"] = np.where(t.term.isin(INDICATORS), "logit difference, 1 vs 0 (indicator)",
                               "logit per SD of the predictor")
+        return t
+
+    def strategy_contrasts(self, baseline: str = "zero-shot", pairwise: bool = False) -> pd.DataFrame:
+        """Strategy effects on the slopes (``strategy_effects=True``): per part and predictor (and
+        popularity - reliability), gamma[s] - gamma[baseline] for every other strategy s (with
+        ``pairwise``: gamma[a] - gamma[b] for every pair, b before a in the strategies' order), the
+        posterior mean, 94% HDI and P(> 0), in logit per SD of the predictor. gamma[s] is strategy
+        s's slope averaged over the LLMs, so a contrast is the strategy's effect on the slope with
+        the LLM x strategy interaction (tau) as its noise."""
+        if not self.config["strategy_effects"]:
+            raise InputError("discernment model: strategy_contrasts needs strategy_effects=True (the strategies are "
+                             "not parameters otherwise)")
+        if self.idata is None:
+            raise RuntimeError(f"{self.name}: fit() or load() first")
+        preds = list(self.config["predictors"])
+        post = self.idata["posterior"]
+        rows = []
+        for part in PARTS:
+            var = f"{part}_strategy_slope"
+            if var not in post.data_vars:
+                continue
+            gam = self.draws(var)  # S, strategies, K
+            strategies = list(post[var].coords[f"{part}_strategy"].values)
+            if pairwise:
+                pairs = [(a, b) for i, b in enumerate(strategies) for a in strategies[i + 1:]]
+            else:
+                if baseline not in strategies:
+                    raise InputError(f"discernment model: baseline strategy {baseline!r} is not in the {part} part's "
+                                     f"data; choose from {', '.join(strategies)}")
+                pairs = [(a, baseline) for a in strategies if a != baseline]
+            terms = [(k, np.eye(len(preds))[i]) for i, k in enumerate(preds)]
+            if {"popularity", "reliability"} <= set(preds):
+                w = np.zeros(len(preds))
+                w[preds.index("popularity")], w[preds.index("reliability")] = 1.0, -1.0
+                terms.append(("popularity - reliability", w))
+            for a, b in pairs:
+                diff = gam[:, strategies.index(a)] - gam[:, strategies.index(b)]  # S, K
+                for term, w in terms:
+                    x = diff @ w
+                    lo, hi = hdi_columns(x[:, None])
+                    rows.append({"part": part, "term": term, "contrast": f"{a} - {b}", "strategy": a, "baseline": b,
+                                 "mean": float(x.mean()), "hdi_lo": float(lo[0]), "hdi_hi": float(hi[0]),
+                                 "p_positive": float((x > 0).mean()), "hdi_prob": HDI_PROB})
+        t = pd.DataFrame(rows)
+        t["scale"] = "logit per SD of the predictor"
         return t
 
 

@@ -22,6 +22,14 @@ Every step is an exact conditional draw (no accept/reject), in this order:
    from sums per unit of A'A / s^2 (computed once) and A' r / s^2. The centred step 5 alone stalls
    when tau is small against the data's precision (the units barely differ).
 
+With a structured pooled mean (``mean_X``, ``mean_sd``: theta[l, j] ~ N((X beta)[l, j], tau_j),
+beta[r, j] ~ N(0, mean_sd[r]); `logit_gibbs` 5', 6') steps 5 and 6 read:
+
+5'. beta | theta, tau: conjugate normal regression (`logit_gibbs.update_pooled_regression`), then tau.
+6'. (beta, tau) | z = (theta_pooled - X beta) / tau: r_c = sum_j A_cj ((X beta)[l_c, j] + tau_j z[l_c, j]) + e_c
+   is linear in beta, so beta | z, tau, rest is normal (precision sum_l (X_l X_l') kron G_l +
+   diag(1 / mean_sd^2), G_l = A_l'A_l / s_l^2 on the pooled columns) and each tau_j as in 6.
+
 The ``centered`` setting of the spec concerns the PyMC build only: this sampler updates
 (mu, tau) in both parameterisations every sweep.
 
@@ -38,7 +46,7 @@ import numpy as np
 from scipy import special
 
 from .hyperpriors import PoolingPriors
-from .logit_gibbs import _slice_log, update_pooled
+from .logit_gibbs import _slice_log, check_mean_design, pooled_mean, update_pooled, update_pooled_regression
 
 
 @dataclass
@@ -55,6 +63,8 @@ class GaussDesign(PoolingPriors):
     intercepts: np.ndarray
     resid_sd: float = 1.0
     group_effects: bool = True
+    mean_X: np.ndarray | None = None  # units x R: a structured pooled mean X beta (module docstring, 5', 6')
+    mean_sd: np.ndarray | None = None  # R: the prior SD of each beta_r
 
     def __post_init__(self) -> None:
         self.A = np.ascontiguousarray(self.A, float)
@@ -70,6 +80,7 @@ class GaussDesign(PoolingPriors):
             raise ValueError("GaussDesign: every unit needs at least one cell")
         self.pooled = np.asarray(self.pooled, np.int64)
         self.intercepts = np.asarray(self.intercepts, np.int64)
+        check_mean_design(self, self.n_unit, "GaussDesign")
 
 
 def _pooled_noncentred(theta, mu, tau, target, s, A, ul, lstart, AtA, d: GaussDesign, rng):
@@ -110,11 +121,49 @@ def _pooled_noncentred(theta, mu, tau, target, s, A, ul, lstart, AtA, d: GaussDe
     return theta, mu, tau
 
 
+def _pooled_noncentred_regression(theta, coef, tau, target, s, A, ul, lstart, AtA, d: GaussDesign, rng):
+    """Step 6' of the module docstring: as `_pooled_noncentred` with the structured mean X coef
+    (coef: C x R x K) in place of mu; returns (theta, coef', tau')."""
+    J, X, sd = d.pooled, d.mean_X, d.mean_sd
+    C, L, _ = theta.shape
+    K, R = len(J), X.shape[1]
+    RK = R * K
+    z = (theta[..., J] - np.einsum("lr,crk->clk", X, coef)) / tau[:, None, :]  # C x L x K
+    fixed = np.setdiff1d(np.arange(theta.shape[-1]), J)
+    r = target - np.einsum("np,cnp->cn", A[:, fixed], theta[:, ul][..., fixed])
+    w = 1.0 / s ** 2
+    AJ = A[:, J]
+    Ar = np.add.reduceat(r[:, :, None] * AJ[None], lstart, axis=1) * w[..., None]  # C x L x K
+    G = AtA[:, J][:, :, J][None] * w[..., None, None]  # C x L x K x K
+    # r_l = A_l (X_l coef + z_l * tau) + e: quadratic in (coef, tau)
+    Qcc = np.einsum("lr,ls,cljk->crjsk", X, X, G).reshape(C, RK, RK)
+    Qct = np.einsum("lr,cljk,clk->crjk", X, G, z).reshape(C, RK, K)  # d^2 / dcoef_rj dtau_k
+    Qtt = np.einsum("clj,cljk,clk->cjk", z, G, z)
+    bc = np.einsum("lr,clk->crk", X, Ar).reshape(C, RK)
+    bt = (Ar * z).sum(axis=1)
+    prec = Qcc + np.diag(np.repeat(1.0 / sd ** 2, K))
+    lin = bc - np.einsum("cik,ck->ci", Qct, tau)
+    chol = np.linalg.cholesky(prec)
+    cf = np.linalg.solve(prec, lin[..., None])[..., 0] \
+        + np.linalg.solve(np.swapaxes(chol, -1, -2), rng.standard_normal((C, RK))[..., None])[..., 0]
+    tau = tau.copy()
+    for j in range(K):
+        q = Qtt[:, j, j]
+        bj = bt[:, j] - np.einsum("ci,ci->c", Qct[:, :, j], cf) - np.einsum("ck,ck->c", Qtt[:, j], tau) + q * tau[:, j]
+        x = _slice_log(lambda x: -0.5 * q * np.exp(2 * x) + bj * np.exp(x) + d.tau_shape * x - d.tau_rate * np.exp(x),
+                       np.log(tau[:, j]), 1.0, rng)
+        tau[:, j] = np.exp(x)
+    coef = cf.reshape(C, R, K)
+    theta = theta.copy()
+    theta[..., J] = np.einsum("lr,crk->clk", X, coef) + tau[:, None, :] * z
+    return theta, coef, tau
+
+
 def gauss_gibbs(design: GaussDesign, *, draws: int = 1000, tune: int = 200, chains: int = 4,
                 random_seed: int | None = 0, keep_u: bool = True, overdispersed: float = 1.3,
                 interweave_pooled: bool = True, progress: Callable[[int, int], None] | None = None) -> dict[str, np.ndarray]:
     """Sample the posterior of ``design``'s model (module docstring). Returns ``theta`` (chain,
-    draw, unit, P), ``mu``, ``tau``, ``resid_sd`` and, with group effects, ``sigma`` and (with
+    draw, unit, P), ``mu`` (with a structured mean ``mean_coef``, chain x draw x R x K), ``tau``, ``resid_sd`` and, with group effects, ``sigma`` and (with
     ``keep_u``) ``u`` (unit, group). Chains start overdispersed: theta from its least-squares
     conditional with the spread times ``overdispersed``, the scales drawn around 1.
     ``interweave_pooled=False`` leaves out step 6 (the centred (mu, tau) step alone; for comparison)."""
@@ -145,7 +194,7 @@ def gauss_gibbs(design: GaussDesign, *, draws: int = 1000, tune: int = 200, chai
         prec = np.broadcast_to(fixed_prec, (C, L, P)).copy()
         mean = np.broadcast_to(d.prior_mean, (C, L, P)).copy()
         prec[..., d.pooled] = (1.0 / tau ** 2)[:, None, :]
-        mean[..., d.pooled] = mu[:, None, :]
+        mean[..., d.pooled] = pooled_mean(mu, d)
         Aty = np.add.reduceat(resid_target[:, :, None] * A[None], lstart, axis=1)  # C x L x P
         Q = AtA[None] / (s ** 2)[..., None, None]
         Q[..., diag, diag] += prec
@@ -158,10 +207,10 @@ def gauss_gibbs(design: GaussDesign, *, draws: int = 1000, tune: int = 200, chai
     s = np.ones((C, L)) * (rng.uniform(0.5, 1.5, (C, L)) if overdispersed else 1.0)
     sigma = 0.5 * d.sigma_sd * (rng.uniform(0.5, 1.5, (C, L)) if overdispersed else np.ones((C, L)))
     tau = rng.gamma(d.tau_shape, 1.0 / d.tau_rate, (C, K)) if overdispersed else np.full((C, K), d.tau_shape / d.tau_rate)
-    mu = rng.normal(0.0, 0.1, (C, K))
+    mu = rng.normal(0.0, 0.1, (C, K) if d.mean_X is None else (C, d.mean_X.shape[1], K))  # with mean_X: beta
     ug = np.zeros((C, G))
     theta = theta_draw(np.broadcast_to(y, (C, N)), s, mu, tau, spread=overdispersed or 1.0)
-    out = {"theta": np.empty((C, draws, L, P)), "mu": np.empty((C, draws, K)), "tau": np.empty((C, draws, K)),
+    out = {"theta": np.empty((C, draws, L, P)), "mu": np.empty((C, draws, *mu.shape[1:])), "tau": np.empty((C, draws, K)),
            "resid_sd": np.empty((C, draws, L))}
     if ge:
         out["sigma"] = np.empty((C, draws, L))
@@ -213,10 +262,14 @@ def gauss_gibbs(design: GaussDesign, *, draws: int = 1000, tune: int = 200, chai
         r02 = d.resid_sd ** 2
         s = np.exp(_slice_log(lambda x: -np.exp(2 * x) / (2 * r02) - (n_l - 1) * x - 0.5 * sse * np.exp(-2 * x),
                               np.log(s), 1.0, rng))
-        if K:
+        if K and d.mean_X is None:
             mu, tau = update_pooled(theta[..., d.pooled], tau, d.mu_sd, d.tau_shape, d.tau_rate, rng)
+        elif K:  # 5'. the structured mean
+            mu, tau = update_pooled_regression(theta[..., d.pooled], tau, d.mean_X, d.mean_sd, d.tau_shape, d.tau_rate,
+                                               rng)
         if K and interweave_pooled:  # 6. (mu, tau) | z, rest: the non-centred half of the interweaving
-            theta, mu, tau = _pooled_noncentred(theta, mu, tau, y[None] - ug[:, gidx], s, A, ul, lstart, AtA, d, rng)
+            step = _pooled_noncentred if d.mean_X is None else _pooled_noncentred_regression
+            theta, mu, tau = step(theta, mu, tau, y[None] - ug[:, gidx], s, A, ul, lstart, AtA, d, rng)
         if it >= tune:
             j = it - tune
             out["theta"][:, j], out["mu"][:, j], out["tau"][:, j], out["resid_sd"][:, j] = theta, mu, tau, s
@@ -226,4 +279,6 @@ def gauss_gibbs(design: GaussDesign, *, draws: int = 1000, tune: int = 200, chai
                     out["u"][:, j][:, gl, gg] = ug
         if progress is not None:
             progress(it + 1, total)
+    if d.mean_X is not None:
+        out["mean_coef"] = out.pop("mu")  # chain x draw x R x K: beta of the structured mean X beta
     return out

@@ -50,6 +50,18 @@ does; no step has an integrator, so there are no divergences):
    centred step 5 alone stalls when the LLMs barely differ (tau near 0): on 65 groups tau's
    bulk ESS was 69-86 of 2,000 draws. ``interweave_pooled=False`` leaves this step out.
 
+With a structured pooled mean (``mean_X``, ``mean_sd``; `spec.HierarchicalGLM` mean terms) the
+pooled columns are theta[l, j] ~ N((X beta)[l, j], tau_j), beta[r, j] ~ N(0, mean_sd[r]), in place of
+one mu_j. Steps 5 and 6 then read, with beta in place of mu:
+
+5'. beta[., j] | theta, tau: the conjugate normal regression of the pooled column j on X,
+   precision X'X / tau_j^2 + diag(1 / mean_sd^2), mean its inverse times X' theta[., j] / tau_j^2;
+   tau_j | theta, beta: the slice sampler of 5 with sum_l (theta_lj - (X beta)_lj)^2.
+6'. (beta, log tau) | z = (theta_pooled - X beta) / tau: theta_lj = (X beta)_lj + e^x_j z_lj; the
+   same independence MH step as 6 over (beta, x), the curvature by the chain rule
+   (d theta_lj / d beta_rj = X_lr), the prior -beta^2 / (2 mean_sd^2) in place of mu's.
+   X = a column of ones and mean_sd = mu_sd is the model above (beta = mu).
+
 The ``centered`` setting of `spec.HierarchicalGLM` concerns the PyMC build only: this sampler
 updates (mu, tau) in both parameterisations every sweep.
 
@@ -94,10 +106,13 @@ class LogitDesign(PoolingPriors):
     pooled: np.ndarray
     intercepts: np.ndarray
     world_effects: bool = True
+    mean_X: np.ndarray | None = None  # LLMs x R: a structured pooled mean X beta (module docstring, 5', 6')
+    mean_sd: np.ndarray | None = None  # R: the prior SD of each beta_r
 
     def __post_init__(self) -> None:
         self.A = np.ascontiguousarray(self.A, float)
         N, P = self.A.shape
+        check_mean_design(self, self.n_llm, "LogitDesign")
         for name in ("llm", "world", "k", "n"):
             v = np.asarray(getattr(self, name), np.int64)
             if v.shape != (N,):
@@ -228,6 +243,91 @@ def update_pooled(beta: np.ndarray, tau: np.ndarray, mu_sd: float, tau_shape: fl
     tau = np.exp(_slice_log(lambda x: (tau_shape - L) * x - tau_rate * np.exp(x) - 0.5 * ssb * np.exp(-2 * x),
                             np.log(tau), 1.0, rng))
     return mu, tau
+
+
+def check_mean_design(d, n_unit: int, what: str) -> None:
+    """The structured pooled mean's layout: X (units x R) with R prior SDs > 0, or neither."""
+    if (d.mean_X is None) != (d.mean_sd is None):
+        raise ValueError(f"{what}: mean_X and mean_sd go together")
+    if d.mean_X is not None:
+        d.mean_X = np.ascontiguousarray(d.mean_X, float)
+        d.mean_sd = np.asarray(d.mean_sd, float)
+        R = d.mean_X.shape[1] if d.mean_X.ndim == 2 else -1
+        if d.mean_X.shape != (n_unit, R) or d.mean_sd.shape != (R,) or np.any(d.mean_sd <= 0):
+            raise ValueError(f"{what}: mean_X needs shape (units, R) and mean_sd shape (R,) with SDs > 0")
+        if not len(d.pooled):
+            raise ValueError(f"{what}: a structured pooled mean needs pooled columns")
+
+
+def pooled_mean(mu: np.ndarray, d) -> np.ndarray:
+    """The prior mean of the pooled columns for every unit, broadcastable to (chain, unit, pooled):
+    mu (chain x pooled) without a structured mean, else X beta with beta = ``mu`` (chain x R x pooled)."""
+    if d.mean_X is None:
+        return mu[:, None, :]
+    return np.einsum("lr,crk->clk", d.mean_X, mu)
+
+
+def update_pooled_regression(beta: np.ndarray, tau: np.ndarray, X: np.ndarray, sd: np.ndarray, tau_shape: float,
+                             tau_rate: float, rng: np.random.Generator) -> tuple[np.ndarray, np.ndarray]:
+    """Step 5' (module docstring): coefficients ``beta`` (C x L x K) with prior N(X coef, tau).
+    coef[., k] | beta, tau ~ N(V X' beta_k / tau_k^2, V), V^-1 = X'X / tau_k^2 + diag(1 / sd^2);
+    then tau_k | beta, coef by the slice sampler of `update_pooled`. Returns (coef C x R x K, tau)."""
+    C, L, K = beta.shape
+    R = X.shape[1]
+    w = 1.0 / tau ** 2  # C x K
+    prec = (X.T @ X)[None, None] * w[..., None, None] + np.diag(1.0 / sd ** 2)  # C x K x R x R
+    lin = np.einsum("lr,clk->ckr", X, beta) * w[..., None]
+    chol = np.linalg.cholesky(prec)
+    coef = np.linalg.solve(prec, lin[..., None])[..., 0] \
+        + np.linalg.solve(np.swapaxes(chol, -1, -2), rng.standard_normal((C, K, R))[..., None])[..., 0]
+    coef = np.swapaxes(coef, 1, 2)  # C x R x K
+    ssb = ((beta - np.einsum("lr,crk->clk", X, coef)) ** 2).sum(axis=1)
+    tau = np.exp(_slice_log(lambda x: (tau_shape - L) * x - tau_rate * np.exp(x) - 0.5 * ssb * np.exp(-2 * x),
+                            np.log(tau), 1.0, rng))
+    return coef, tau
+
+
+def _pooled_noncentred_regression(theta, coef, tau, start, d: LogitDesign, cells: "_Cells", ug, ll, ll_new, rng):
+    """Step 6' of the module docstring (the structured mean X coef): as `_pooled_noncentred`, over
+    (coef, log tau) with theta_lj = (X coef)_lj + e^x_j z_lj."""
+    J, X, sd = d.pooled, d.mean_X, d.mean_sd
+    C, L, P = theta.shape
+    K, R = len(J), X.shape[1]
+    RK = R * K
+    z = (theta[..., J] - np.einsum("lr,crk->clk", X, coef)) / tau[:, None, :]
+    cs, xs = start  # C x R x K, C x K
+    ts = np.exp(xs)
+    at_start = theta.copy()
+    at_start[..., J] = np.einsum("lr,crk->clk", X, cs) + ts[:, None, :] * z
+    grad, H = _theta_newton_terms(at_start, cells, ug, cells.gidx, np.zeros(P), np.zeros(P))  # likelihood only
+    gJ, HJ = grad[..., J], H[:, :, J][:, :, :, J]
+    prior_c = (1.0 / sd ** 2)[None, :, None]  # 1 x R x 1
+    g_c = np.einsum("lr,clk->crk", X, gJ) - cs * prior_c
+    g = np.concatenate([g_c.reshape(C, RK), ts * (gJ * z).sum(1) + d.tau_shape - d.tau_rate * ts], axis=1)
+    Hcc = np.einsum("lr,ls,cljk->crjsk", X, X, HJ).reshape(C, RK, RK) + np.diag(np.repeat(1.0 / sd ** 2, K))
+    Hcx = (np.einsum("lr,cljk,clk->crjk", X, HJ, z) * ts[:, None, None, :]).reshape(C, RK, K)
+    Hxx = np.einsum("clj,cljk,clk->cjk", z, HJ, z) * ts[:, :, None] * ts[:, None, :] + d.tau_rate * ts[:, :, None] * np.eye(K)
+    Hb = np.block([[Hcc, Hcx], [np.swapaxes(Hcx, 1, 2), Hxx]])
+    centre = np.concatenate([cs.reshape(C, RK), xs], axis=1) + np.linalg.solve(Hb, g[..., None])[..., 0]
+    chol = np.linalg.cholesky(Hb)
+    prop = centre + np.linalg.solve(np.swapaxes(chol, -1, -2), rng.standard_normal((C, RK + K))[..., None])[..., 0]
+    c_p, x_p = prop[:, :RK].reshape(C, R, K), prop[:, RK:]
+    tau_p = np.exp(x_p)
+    theta_p = theta.copy()
+    theta_p[..., J] = np.einsum("lr,crk->clk", X, c_p) + tau_p[:, None, :] * z
+    _loglik_groups(_table(theta_p, cells), cells.lr, ug, cells.gidx, cells.k, cells.n, ll_new)
+
+    def log_prior(c_, x_):
+        return -0.5 * (c_ ** 2 * prior_c).sum((1, 2)) + (d.tau_shape * x_ - d.tau_rate * np.exp(x_)).sum(-1)
+
+    cur = np.concatenate([coef.reshape(C, RK), np.log(tau)], axis=1)
+    dq_new = np.einsum("ci,cij,cj->c", prop - centre, Hb, prop - centre)
+    dq_old = np.einsum("ci,cij,cj->c", cur - centre, Hb, cur - centre)
+    log_a = (ll_new.sum(1) + log_prior(c_p, x_p) - ll.sum(1) - log_prior(coef, np.log(tau))
+             + 0.5 * (dq_new - dq_old))
+    ok = np.log(rng.random(C)) < log_a
+    return (np.where(ok[:, None, None], theta_p, theta), np.where(ok[:, None, None], c_p, coef),
+            np.where(ok[:, None], tau_p, tau), ok)
 
 
 def _pooled_noncentred(theta, mu, tau, start, d: LogitDesign, cells: "_Cells", ug, ll, ll_new, rng):
@@ -373,7 +473,7 @@ class _State:
     """The sampler's state, every chain at once (leading axis: chain)."""
 
     theta: np.ndarray  # chain x LLM x design column: the coefficients
-    mu: np.ndarray  # chain x pooled column: the pooled columns' mean
+    mu: np.ndarray  # chain x pooled column: the pooled columns' mean (chain x R x pooled: beta of X beta)
     tau: np.ndarray  # chain x pooled column: their between-LLM SD
     sigma: np.ndarray  # chain x LLM: the world effects' SD
     group_u: np.ndarray  # chain x (LLM, world) group with cells: its world effect (0 without world effects)
@@ -397,7 +497,7 @@ def _theta_prior(s: _State, d: LogitDesign) -> tuple[np.ndarray, np.ndarray]:
     prec = np.broadcast_to(1.0 / d.prior_sd ** 2, shape).copy()
     mean = np.broadcast_to(d.prior_mean, shape).copy()
     prec[..., d.pooled] = (1.0 / s.tau ** 2)[:, None, :]
-    mean[..., d.pooled] = s.mu[:, None, :]
+    mean[..., d.pooled] = pooled_mean(s.mu, d)
     return prec, mean
 
 
@@ -408,7 +508,12 @@ def _start_state(d: LogitDesign, cells: "_Cells", theta0: np.ndarray, n_chain: i
     n_llm, n_param = d.n_llm, d.A.shape[1]
     n_pooled, n_group = len(d.pooled), len(cells.gstart)
     theta = np.broadcast_to(theta0, (n_chain, n_llm, n_param)).copy()
-    mu = theta0[:, d.pooled].mean(axis=0) + 0.1 * rng.standard_normal((n_chain, n_pooled))
+    if d.mean_X is None:
+        mu = theta0[:, d.pooled].mean(axis=0) + 0.1 * rng.standard_normal((n_chain, n_pooled))
+    else:  # the ridge fit of the pilot's pooled columns on X
+        X = d.mean_X
+        fit = np.linalg.solve(X.T @ X + np.diag(1.0 / d.mean_sd ** 2), X.T @ theta0[:, d.pooled])
+        mu = fit + 0.1 * rng.standard_normal((n_chain, *fit.shape))
     s = _State(theta=theta, mu=mu, tau=np.full((n_chain, n_pooled), d.tau_shape / d.tau_rate),
                sigma=np.full((n_chain, n_llm), 0.5 * d.sigma_sd), group_u=np.zeros((n_chain, n_group)),
                u=np.zeros((n_chain, n_llm, d.n_world)), loglik=np.empty((n_chain, n_group)))
@@ -539,9 +644,10 @@ def _step_sigma_noncentred(s: _State, d: LogitDesign, cells: "_Cells", start: np
 
 def _step_pooled_noncentred(s: _State, d: LogitDesign, cells: "_Cells", start, scratch: np.ndarray,
                             rng: np.random.Generator) -> np.ndarray:
-    """Step 6: (mu, log tau) | z (`_pooled_noncentred`). Returns the acceptance (chain)."""
-    s.theta, s.mu, s.tau, ok = _pooled_noncentred(s.theta, s.mu, s.tau, start, d, cells, s.group_u, s.loglik,
-                                                  scratch, rng)
+    """Step 6: (mu, log tau) | z (`_pooled_noncentred`; 6', `_pooled_noncentred_regression`, with a
+    structured mean). Returns the acceptance (chain)."""
+    step = _pooled_noncentred if d.mean_X is None else _pooled_noncentred_regression
+    s.theta, s.mu, s.tau, ok = step(s.theta, s.mu, s.tau, start, d, cells, s.group_u, s.loglik, scratch, rng)
     s.loglik = np.where(ok[:, None], scratch, s.loglik)
     return ok
 
@@ -554,7 +660,7 @@ def logit_gibbs(design: LogitDesign, *, draws: int = 1000, tune: int = 100, chai
     """Sample the posterior of ``design``'s model (see the module docstring).
 
     Returns arrays with leading (chain, draw) axes: ``theta`` (llm, P), ``mu`` and ``tau``
-    (pooled columns), with world effects ``sigma`` (llm) and ``u`` (llm, world), and the
+    (pooled columns; with a structured mean ``mean_coef`` (R, pooled), the beta of X beta, in place of mu), with world effects ``sigma`` (llm) and ``u`` (llm, world), and the
     Metropolis-Hastings acceptance rates ``accept_theta`` (chain, llm), and with world effects
     ``accept_u`` (chain: mean over world groups) and ``accept_sigma`` (chain, llm). The first ``tune`` sweeps of
     each chain are burn-in and discarded; the proposals' starting points are the pilot mode
@@ -586,7 +692,7 @@ def logit_gibbs(design: LogitDesign, *, draws: int = 1000, tune: int = 100, chai
     n_chain, n_llm, n_world, n_param = s.theta.shape[0], d.n_llm, d.n_world, d.A.shape[1]
     n_pooled = len(d.pooled)
     we = d.world_effects
-    out = {"theta": np.empty((n_chain, draws, n_llm, n_param)), "mu": np.empty((n_chain, draws, n_pooled)),
+    out = {"theta": np.empty((n_chain, draws, n_llm, n_param)), "mu": np.empty((n_chain, draws, *s.mu.shape[1:])),
            "tau": np.empty((n_chain, draws, n_pooled))}
     if we:
         out["sigma"] = np.empty((n_chain, draws, n_llm))
@@ -614,8 +720,12 @@ def logit_gibbs(design: LogitDesign, *, draws: int = 1000, tune: int = 100, chai
             _step_translate(s, d, cells, rng)
             _step_sigma_centred(s, d, rng)
             acc_sigma = _step_sigma_noncentred(s, d, cells, start.sigma, newton_sigma, scratch, rng)
-        # 5. mu | beta, tau and tau | beta, mu
-        s.mu, s.tau = update_pooled(s.theta[..., d.pooled], s.tau, d.mu_sd, d.tau_shape, d.tau_rate, rng)
+        # 5. mu | beta, tau and tau | beta, mu (5'. with a structured mean)
+        if d.mean_X is None:
+            s.mu, s.tau = update_pooled(s.theta[..., d.pooled], s.tau, d.mu_sd, d.tau_shape, d.tau_rate, rng)
+        else:
+            s.mu, s.tau = update_pooled_regression(s.theta[..., d.pooled], s.tau, d.mean_X, d.mean_sd, d.tau_shape,
+                                                   d.tau_rate, rng)
         if n_pooled and interweave_pooled:
             if it < tune // 2:  # burn-in only: step 6 starts from the current state
                 start.mu, start.log_tau = s.mu, np.log(s.tau)
@@ -640,6 +750,8 @@ def logit_gibbs(design: LogitDesign, *, draws: int = 1000, tune: int = 100, chai
                     out["u"][:, j] = s.u
         if progress is not None:
             progress(it + 1, total)
+    if d.mean_X is not None:
+        out["mean_coef"] = out.pop("mu")  # chain x draw x R x pooled: beta of the structured mean X beta
     out["accept_theta"] = acc["theta"] / draws
     if n_pooled and interweave_pooled:
         out["accept_pooled"] = acc["pooled"] / draws

@@ -12,6 +12,20 @@ unit with their priors, the data (a design row per cell), and the group effects:
     u[l, g] = sigma[l] z[l, g],  z ~ N(0, 1),  sigma[l] ~ HalfNormal(sigma_sd)
     s[l] ~ HalfNormal(resid_sd)  (normal family)
 
+With ``mean_terms`` (a structured pooled mean, issue 25.3) the pooled block's mean is a regression
+on the units' factors instead of one mu per coefficient:
+
+    block[l, j] ~ N(m[l, j], tau_j),   m[l, j] = sum_t effect_t[level_t(l), j]
+    plain term:        effect_t[v, j] ~ N(0, sd_t)                 (one coefficient per level)
+    sum-to-zero term:  effect_t[., j] = Q_t f_t[., j],  f_t ~ N(0, sd_t)
+
+Q_t (levels x levels - 1) is the orthonormal Helmert basis of the contrasts (columns orthonormal,
+each summing to 0), so effect_t ~ N(0, sd_t^2 (I - 11'/n)): exchangeable levels whose effects sum
+to 0. The terms replace mu (a plain term spans the intercept); tau is then the SD of what the
+terms leave unexplained (for units = LLM x strategy, terms strategy + LLM: tau is the interaction).
+In the samplers' layout the mean is m = X beta with X (units x R) the terms' columns side by side
+(one-hot for a plain term, Q_t[level] for a sum-to-zero one) and beta_r ~ N(0, sd_r).
+
 `to_pymc` writes this model in PyMC (for NUTS: nutpie, pymc, numpyro, blackjax); `sample` runs
 the exact Gibbs samplers on the same model (`logit_gibbs` for the binomial family, `gauss_gibbs`
 for the normal one) and names the draws as the PyMC model does. A prior changed here changes both,
@@ -41,6 +55,31 @@ class Block:
     intercept: bool = False
 
 
+@dataclass(frozen=True)
+class MeanTerm:
+    """One factor of the units in a structured pooled mean (module docstring): ``level[l]`` is unit
+    l's level of the factor, whose levels are ``coords[dim]``. The effect is named ``name``, dims
+    (dim, *pooled block dims); a sum-to-zero term's free coefficients are ``name + "_raw"``, dims
+    (dim + "_contrast", *pooled block dims)."""
+
+    name: str
+    dim: str
+    level: np.ndarray
+    sd: float
+    sum_to_zero: bool = False
+
+
+def sum_to_zero_basis(n: int) -> np.ndarray:
+    """The orthonormal Helmert basis (n x n-1): column j (1-based) is (1, ..., 1, -j, 0, ...) /
+    sqrt(j (j + 1)) with j ones; Q'Q = I and 1'Q = 0, so QQ' = I - 11'/n."""
+    Q = np.zeros((n, max(n - 1, 0)))
+    for j in range(1, n):
+        Q[:j, j - 1] = 1.0
+        Q[j, j - 1] = -float(j)
+        Q[:, j - 1] /= np.sqrt(j * (j + 1.0))
+    return Q
+
+
 @dataclass
 class HierarchicalGLM(PoolingPriors):
     family: str  # "binomial" or "normal"
@@ -58,6 +97,7 @@ class HierarchicalGLM(PoolingPriors):
     # parameter names (mu, tau, sigma, z, z_pooled, resid) and the saved fit's data names (y: the
     # observed outcome; row, cluster, column: dims; n, unit_of_row, group_of_row, design: constant data)
     names: dict[str, str] = field(default_factory=dict)
+    mean_terms: list[MeanTerm] = field(default_factory=list)  # a structured pooled mean (replaces mu)
 
     def __post_init__(self) -> None:
         if self.family not in ("binomial", "normal"):
@@ -73,6 +113,19 @@ class HierarchicalGLM(PoolingPriors):
         self.A = np.ascontiguousarray(self.A, float)
         if self.A.shape[1] != sum(self._width(b) for b in self.blocks):
             raise ValueError(f"A has {self.A.shape[1]} columns; the blocks need {sum(self._width(b) for b in self.blocks)}")
+        if self.mean_terms:
+            if not pooled:
+                raise ValueError("mean_terms need a pooled block")
+            if not any(not t.sum_to_zero for t in self.mean_terms):
+                raise ValueError("mean_terms need a plain (not sum-to-zero) term: they replace mu, the intercept")
+            for t in self.mean_terms:
+                lv = np.asarray(t.level)
+                if lv.shape != (self.n_unit,) or lv.min() < 0 or lv.max() >= len(self.coords[t.dim]):
+                    raise ValueError(f"mean term {t.name!r}: level needs one index into coords[{t.dim!r}] per unit")
+                if t.sum_to_zero and len(self.coords[t.dim]) < 2:
+                    raise ValueError(f"mean term {t.name!r}: a sum-to-zero term needs at least 2 levels")
+                if t.sum_to_zero:
+                    self.coords.setdefault(f"{t.dim}_contrast", list(range(len(self.coords[t.dim]) - 1)))
 
     # -- layout
     def _width(self, b: Block) -> int:
@@ -102,6 +155,22 @@ class HierarchicalGLM(PoolingPriors):
     def n_unit(self) -> int:
         return len(self.coords[self.unit])
 
+    def mean_design(self) -> tuple[np.ndarray, np.ndarray, dict[str, np.ndarray]] | tuple[None, None, dict]:
+        """The structured pooled mean m = X beta in the samplers' layout: X (units x R), the prior
+        SD of each beta_r, and the columns of X (rows of beta) that hold each term; (None, None, {})
+        without mean terms."""
+        if not self.mean_terms:
+            return None, None, {}
+        cols, sds, where, start = [], [], {}, 0
+        for t in self.mean_terms:
+            n = len(self.coords[t.dim])
+            basis = sum_to_zero_basis(n) if t.sum_to_zero else np.eye(n)
+            cols.append(basis[np.asarray(t.level, np.int64)])
+            sds.append(np.full(basis.shape[1], float(t.sd)))
+            where[t.name] = np.arange(start, start + basis.shape[1])
+            start += basis.shape[1]
+        return np.column_stack(cols), np.concatenate(sds), where
+
     def _prior(self) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
         cols = self.columns()
         P = self.A.shape[1]
@@ -130,7 +199,7 @@ class HierarchicalGLM(PoolingPriors):
             if b.sd is not None:
                 v = pm.Normal(b.name, 0.0, b.sd, dims=dims)
             else:
-                mu = pm.Normal(nm["mu"], 0.0, self.mu_sd, dims=b.dims)
+                mu = self._pymc_mean(b) if self.mean_terms else pm.Normal(nm["mu"], 0.0, self.mu_sd, dims=b.dims)
                 # zero-avoiding Gamma scale: with few units a HalfNormal puts mass at tau -> 0,
                 # the neck of the funnel where centred coefficients diverge
                 tau = pm.Gamma(nm["tau"], alpha=self.tau_shape, beta=self.tau_rate, dims=b.dims)
@@ -155,25 +224,47 @@ class HierarchicalGLM(PoolingPriors):
             s = pm.HalfNormal(nm["resid"], self.resid_sd, dims=self.unit)
             pm.Normal(nm["y"], eta, s[ui], observed=self.y)
 
+    def _pymc_mean(self, b: Block):
+        """The structured pooled mean of block ``b`` (units x its dims) in PyMC: the sum of the terms'
+        effects at each unit's levels."""
+        import pymc as pm
+        import pytensor.tensor as pt
+        shape = [len(self.coords[d]) for d in b.dims]
+        total = 0.0
+        for t in self.mean_terms:
+            n = len(self.coords[t.dim])
+            if t.sum_to_zero:
+                f = pm.Normal(f"{t.name}_raw", 0.0, t.sd, dims=(f"{t.dim}_contrast", *b.dims))
+                Q = sum_to_zero_basis(n)
+                eff = pm.Deterministic(t.name, pt.reshape(pt.dot(Q, pt.reshape(f, (n - 1, -1))), (n, *shape)),
+                                       dims=(t.dim, *b.dims))
+            else:
+                eff = pm.Normal(t.name, 0.0, t.sd, dims=(t.dim, *b.dims))
+            total = total + eff[np.asarray(t.level, np.int64)]
+        return total
+
     def logit_design(self):
         """The binomial model in the layout of `logit_gibbs`."""
         from .logit_gibbs import LogitDesign
         mean, sd, pooled, intercepts = self._prior()
         has_g = self.group is not None
+        X, Xsd, _ = self.mean_design()
         return LogitDesign(A=self.A, llm=self.unit_index, world=self.group_index if has_g else np.zeros(len(self.A), int),
                            k=self.y, n=self.n, n_llm=self.n_unit, n_world=len(self.coords[self.group]) if has_g else 1,
                            prior_mean=mean, prior_sd=sd, pooled=pooled, intercepts=intercepts,
-                           world_effects=has_g, **self.pooling_priors())
+                           world_effects=has_g, mean_X=X, mean_sd=Xsd, **self.pooling_priors())
 
     def gauss_design(self):
         """The normal model in the layout of `gauss_gibbs`."""
         from .gauss_gibbs import GaussDesign
         mean, sd, pooled, intercepts = self._prior()
         has_g = self.group is not None
+        X, Xsd, _ = self.mean_design()
         return GaussDesign(A=self.A, unit=self.unit_index, group=self.group_index if has_g else np.zeros(len(self.A), int),
                            y=self.y, n_unit=self.n_unit, n_group=len(self.coords[self.group]) if has_g else 1,
                            prior_mean=mean, prior_sd=sd, pooled=pooled, intercepts=intercepts,
-                           resid_sd=self.resid_sd, group_effects=has_g, **self.pooling_priors())
+                           resid_sd=self.resid_sd, group_effects=has_g, mean_X=X, mean_sd=Xsd,
+                           **self.pooling_priors())
 
     def sample(self, *, draws: int, tune: int, chains: int, random_seed: int, keep_group_effects: bool = True,
                progress: Callable[[int, int], None] | None = None, **kwargs: Any) -> tuple[dict, dict, dict]:
@@ -200,11 +291,26 @@ class HierarchicalGLM(PoolingPriors):
             post[b.name] = th[..., cols[b.name]].reshape(C, S, L, *shape)
             dims[b.name] = [self.unit, *b.dims]
             if b.sd is None:
-                post[nm["mu"]] = out["mu"].reshape(C, S, *shape)
                 post[nm["tau"]] = out["tau"].reshape(C, S, *shape)
-                dims[nm["mu"]] = dims[nm["tau"]] = list(b.dims)
+                dims[nm["tau"]] = list(b.dims)
+                if self.mean_terms:
+                    X, _, where = self.mean_design()
+                    coef = out["mean_coef"]  # C x S x R x K
+                    for t in self.mean_terms:
+                        c = coef[:, :, where[t.name]]
+                        if t.sum_to_zero:
+                            post[f"{t.name}_raw"] = c.reshape(C, S, -1, *shape)
+                            dims[f"{t.name}_raw"] = [f"{t.dim}_contrast", *b.dims]
+                            c = np.einsum("vr,csrk->csvk", sum_to_zero_basis(len(self.coords[t.dim])), c)
+                        post[t.name] = c.reshape(C, S, -1, *shape)
+                        dims[t.name] = [t.dim, *b.dims]
+                    m = np.einsum("lr,csrk->cslk", X, coef).reshape(C, S, L, *shape)
+                else:
+                    post[nm["mu"]] = out["mu"].reshape(C, S, *shape)
+                    dims[nm["mu"]] = list(b.dims)
+                    m = post[nm["mu"]][:, :, None]
                 if not self.centered:
-                    post[nm["z_pooled"]] = (post[b.name] - post[nm["mu"]][:, :, None]) / post[nm["tau"]][:, :, None]
+                    post[nm["z_pooled"]] = (post[b.name] - m) / post[nm["tau"]][:, :, None]
                     dims[nm["z_pooled"]] = [self.unit, *b.dims]
         if self.group is not None:
             post[nm["sigma"]] = out["sigma"]
