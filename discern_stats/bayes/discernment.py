@@ -43,6 +43,16 @@ gamma[s] - gamma[zero-shot] the strategy's effect on the slope (`strategy_contra
 factor is the group_by columns other than strategy (no LLM term with one LLM). mu is then not a
 parameter; the summary's "(mean over groups)" row is the mean of gamma over the strategies. u[g, item] is the LLM x item effect within a strategy: the rows of
 one (LLM, strategy, item) share one prior P1 (one conversation start), the dependence it carries.
+Crossed effects (issue 25.2; ``source_effects=True``, ``shared_item_effects=True``, both off by
+default, when off the model is unchanged): reliability and popularity vary between sources, not
+rows, so rows of one source share whatever else the source carries. Each part then gains
+
+    eta_part += v[source] + w[item],  v ~ N(0, sigma_source),  w ~ N(0, sigma_shared_item)
+    sigma_source ~ HalfNormal(source_sd),  sigma_shared_item ~ HalfNormal(shared_item_sd)
+
+({part}_sigma_source, {part}_z_source; {part}_sigma_shared_item, {part}_z_shared_item): v crossed
+with the groups, w the item effect shared by every LLM x strategy, u[g, item] then the
+LLM:strategy:item deviation, i.e. (1 | item) + (1 | LLM:strategy:item) + (1 | source).
 No posterior is clipped or moved: every valid row is in exactly one category.
 
 Predictors x, on one documented scale: each is a z-score, (value - mean) / SD. Reliability and
@@ -85,7 +95,7 @@ from ..core.vocab import AWAY_KINDS, RESPONSES, STRATEGIES
 from ..core.coding import classify_response
 from ..core.errors import InputError, StaleFitError
 from .base import HDI_PROB, BayesModel, hdi_columns
-from .spec import Block, HierarchicalGLM, MeanTerm, sum_to_zero_basis
+from .spec import Block, CrossedEffect, HierarchicalGLM, MeanTerm, sum_to_zero_basis
 
 PREDICTORS = ["reliability", "popularity", "improvement"]  # the default predictors
 # opt-in predictors (issue 25.4): named in ``predictors`` to use them; the defaults (and saved fits) are unchanged
@@ -114,7 +124,9 @@ class DiscernmentModel(BayesModel):
     default_config: dict[str, Any] = {"group_by": ["llm", "strategy"], "predictors": list(PREDICTORS),
                                       "item_effects": True, "intercept_sd": 2.5, "slope_sd": 1.0,
                                       "tau_shape": 2.0, "tau_sd": 0.25, "item_sd": 1.0, "resid_sd": 2.0,
-                                      "strategy_effects": False, "llm_slope_sd": 0.5}
+                                      "strategy_effects": False, "llm_slope_sd": 0.5,
+                                      "source_effects": False, "source_sd": 1.0,
+                                      "shared_item_effects": False, "shared_item_sd": 1.0}
     default_sampler = "gibbs"
     own_samplers = ("gibbs",)
     default_fit = {"target_accept": 0.95}
@@ -131,6 +143,11 @@ class DiscernmentModel(BayesModel):
             raise InputError("discernment model: group_by needs at least one column (e.g. llm)")
         if c["strategy_effects"] and "strategy" not in by:
             raise InputError("discernment model: strategy_effects=True needs 'strategy' among the group_by columns")
+        if c["source_effects"] and "source" not in df.columns:
+            raise InputError("discernment model: source_effects=True needs a 'source' column in the data", column="source")
+        for key in ("source_sd", "shared_item_sd"):
+            if not float(c[key]) > 0:
+                raise InputError(f"discernment model: {key} must be > 0, got {c[key]!r}")
         if c["strategy_effects"] and not float(c["llm_slope_sd"]) > 0:
             raise InputError(f"discernment model: llm_slope_sd must be > 0, got {c['llm_slope_sd']!r}")
         bad = [p for p in preds if p not in PREDICTORS + OPTIONAL_PREDICTORS]
@@ -183,7 +200,8 @@ class DiscernmentModel(BayesModel):
                 raise InputError(f"discernment model: predictor {p!r} does not vary in the data; drop it from predictors")
             self.scales[p] = {"mean": m, "sd": s, "over": "distinct sources" if by_source else "rows"}
             d[f"z_{p}"] = (d[p] - m) / s
-        keep = ["group", *by, "item_id", "response", "logit_fraction", *[f"z_{p}" for p in preds]]
+        keep = ["group", *by, "item_id", *(["source"] if c["source_effects"] else []), "response", "logit_fraction",
+                *[f"z_{p}" for p in preds]]
         return d[list(dict.fromkeys(keep))].reset_index(drop=True)
 
     def outcome_counts(self) -> pd.DataFrame:
@@ -266,6 +284,18 @@ class DiscernmentModel(BayesModel):
                     terms.append(MeanTerm(f"{part}_llm_slope", f"{part}_llm", l_idx, float(c["llm_slope_sd"]),
                                           sum_to_zero=True))
                 common["mean_terms"] = terms
+            crossed = []
+            if c["source_effects"]:  # (1 | source), per part
+                sources = sorted(p.source.astype(str).unique())
+                coords[f"{part}_source"] = sources
+                crossed.append(CrossedEffect(f"{part}_sigma_source", f"{part}_z_source", f"{part}_source",
+                                             pd.Categorical(p.source.astype(str), sources).codes.astype(np.int64),
+                                             float(c["source_sd"])))
+            if c["shared_item_effects"]:  # (1 | item) shared by every group, beside the nested (1 | group:item)
+                crossed.append(CrossedEffect(f"{part}_sigma_shared_item", f"{part}_z_shared_item", f"{part}_item",
+                                             pd.Categorical(p.item_id.astype(str), items).codes.astype(np.int64),
+                                             float(c["shared_item_sd"])))
+            common["crossed"] = crossed
             if part == "fraction":
                 out[part] = HierarchicalGLM(family="normal", y=p.logit_fraction.to_numpy(float), **common)
             else:
@@ -296,6 +326,7 @@ class DiscernmentModel(BayesModel):
                 out.append(spec.names["sigma"])
             if spec.family == "normal":
                 out.append(spec.names["resid"])
+            out += [t.sigma_name for t in spec.crossed]  # crossed effects' scales (source, shared item)
         return out
 
     keep_group_effects = False  # item effects are kept as their scales only

@@ -33,13 +33,19 @@ beta[r, j] ~ N(0, mean_sd[r]); `logit_gibbs` 5', 6') steps 5 and 6 read:
 The ``centered`` setting of the spec concerns the PyMC build only: this sampler updates
 (mu, tau) in both parameterisations every sweep.
 
+7. With crossed effects (``crossed_index``; `spec.HierarchicalGLM` crossed): every step above
+   reads y - o, o_c = sum_t v_t[level_t(c)] (exact given o); then for each effect t in turn
+   v_t[j] | rest is normal, precision sum_{c in j} 1 / s[l_c]^2 + 1 / sigma_t^2, mean its inverse
+   times sum_{c in j} e_c / s[l_c]^2 (e the residual without v_t), and sigma_t | v_t by the slice
+   sampler of 4a (J_t levels). Without crossed effects nothing changes (bit-identical draws).
+
 Group effects of groups a unit never saw are integrated out (they are not tracked); the mean of
 their prior is 0, so nothing reported depends on them.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Callable
 
 import numpy as np
@@ -65,6 +71,8 @@ class GaussDesign(PoolingPriors):
     group_effects: bool = True
     mean_X: np.ndarray | None = None  # units x R: a structured pooled mean X beta (module docstring, 5', 6')
     mean_sd: np.ndarray | None = None  # R: the prior SD of each beta_r
+    crossed_index: list = field(default_factory=list)  # per crossed effect: the level of every cell (step 7)
+    crossed_sd: list = field(default_factory=list)  # per crossed effect: the HalfNormal scale of its sigma
 
     def __post_init__(self) -> None:
         self.A = np.ascontiguousarray(self.A, float)
@@ -209,6 +217,11 @@ def gauss_gibbs(design: GaussDesign, *, draws: int = 1000, tune: int = 200, chai
     tau = rng.gamma(d.tau_shape, 1.0 / d.tau_rate, (C, K)) if overdispersed else np.full((C, K), d.tau_shape / d.tau_rate)
     mu = rng.normal(0.0, 0.1, (C, K) if d.mean_X is None else (C, d.mean_X.shape[1], K))  # with mean_X: beta
     ug = np.zeros((C, G))
+    T = len(d.crossed_index)
+    lev = [np.asarray(ix, np.int64)[order] for ix in d.crossed_index]
+    n_lev = [int(ix.max()) + 1 for ix in lev]
+    v = [np.zeros((C, J)) for J in n_lev]
+    csig = np.array([0.5 * float(sd) for sd in d.crossed_sd])[None].repeat(C, 0) if T else np.zeros((C, 0))
     theta = theta_draw(np.broadcast_to(y, (C, N)), s, mu, tau, spread=overdispersed or 1.0)
     out = {"theta": np.empty((C, draws, L, P)), "mu": np.empty((C, draws, *mu.shape[1:])), "tau": np.empty((C, draws, K)),
            "resid_sd": np.empty((C, draws, L))}
@@ -216,12 +229,17 @@ def gauss_gibbs(design: GaussDesign, *, draws: int = 1000, tune: int = 200, chai
         out["sigma"] = np.empty((C, draws, L))
         if keep_u:
             out["u"] = np.zeros((C, draws, L, d.n_group))
+    if T:
+        out["crossed_sigma"] = np.empty((C, draws, T))
+        for t in range(T):
+            out[f"crossed_v{t}"] = np.empty((C, draws, n_lev[t]))
     total = tune + draws
     for it in range(total):
+        yo = y[None] - sum(v[t][:, lev[t]] for t in range(T)) if T else y[None]  # 7. y less the crossed offset
         # 1. theta | u, s, mu, tau
-        theta = theta_draw(y[None] - ug[:, gidx], s, mu, tau)
+        theta = theta_draw(yo - ug[:, gidx], s, mu, tau)
         fit = np.einsum("np,cnp->cn", A, theta[:, ul])
-        r = y[None] - fit  # C x N
+        r = yo - fit  # C x N
         if ge:
             # 2. u | theta, s, sigma
             sr = np.add.reduceat(r, gstart, axis=1)
@@ -269,7 +287,20 @@ def gauss_gibbs(design: GaussDesign, *, draws: int = 1000, tune: int = 200, chai
                                                rng)
         if K and interweave_pooled:  # 6. (mu, tau) | z, rest: the non-centred half of the interweaving
             step = _pooled_noncentred if d.mean_X is None else _pooled_noncentred_regression
-            theta, mu, tau = step(theta, mu, tau, y[None] - ug[:, gidx], s, A, ul, lstart, AtA, d, rng)
+            theta, mu, tau = step(theta, mu, tau, yo - ug[:, gidx], s, A, ul, lstart, AtA, d, rng)
+        if T:  # 7. v_t | rest (conjugate normal per level), then sigma_t | v_t (slice)
+            e = yo - np.einsum("np,cnp->cn", A, theta[:, ul]) - (ug[:, gidx] if ge else 0.0)
+            w_c = 1.0 / s[:, ul] ** 2
+            for t in range(T):
+                e = e + v[t][:, lev[t]]
+                prec = np.stack([np.bincount(lev[t], weights=w_c[c], minlength=n_lev[t]) for c in range(C)]) \
+                    + 1.0 / csig[:, t, None] ** 2
+                lin = np.stack([np.bincount(lev[t], weights=w_c[c] * e[c], minlength=n_lev[t]) for c in range(C)])
+                v[t] = lin / prec + rng.standard_normal((C, n_lev[t])) / np.sqrt(prec)
+                e = e - v[t][:, lev[t]]
+                sst, s02t = (v[t] ** 2).sum(1), float(d.crossed_sd[t]) ** 2
+                csig[:, t] = np.exp(_slice_log(lambda x: -np.exp(2 * x) / (2 * s02t) - (n_lev[t] - 1) * x
+                                               - 0.5 * sst * np.exp(-2 * x), np.log(csig[:, t]), 1.0, rng))
         if it >= tune:
             j = it - tune
             out["theta"][:, j], out["mu"][:, j], out["tau"][:, j], out["resid_sd"][:, j] = theta, mu, tau, s
@@ -277,6 +308,10 @@ def gauss_gibbs(design: GaussDesign, *, draws: int = 1000, tune: int = 200, chai
                 out["sigma"][:, j] = sigma
                 if keep_u:
                     out["u"][:, j][:, gl, gg] = ug
+            if T:
+                out["crossed_sigma"][:, j] = csig
+                for t in range(T):
+                    out[f"crossed_v{t}"][:, j] = v[t]
         if progress is not None:
             progress(it + 1, total)
     if d.mean_X is not None:

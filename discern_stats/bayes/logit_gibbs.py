@@ -62,6 +62,14 @@ one mu_j. Steps 5 and 6 then read, with beta in place of mu:
    (d theta_lj / d beta_rj = X_lr), the prior -beta^2 / (2 mean_sd^2) in place of mu's.
    X = a column of ones and mean_sd = mu_sd is the model above (beta = mu).
 
+7. Crossed effects (``crossed_index``; `spec.HierarchicalGLM` crossed, issue 25.2): eta_c gains
+   o_c = sum_t v_t[level_t(c)], v_t[j] ~ N(0, sigma_t), sigma_t ~ HalfNormal(sd_t). The distinct
+   (LLM, design row) pairs are then keyed by the crossed levels too, so o is one value per pair,
+   added to the pair table: every step above is exact given o. Each v_t[j] | rest (the levels of one
+   effect are conditionally independent) by an independence MH step per level with the Gaussian of
+   ``newton_crossed`` Newton steps from 0 (gradient / curvature summed over the level's cells), then
+   sigma_t | v_t by the slice sampler of 4a. Without crossed effects nothing changes (bit-identical).
+
 The ``centered`` setting of `spec.HierarchicalGLM` concerns the PyMC build only: this sampler
 updates (mu, tau) in both parameterisations every sweep.
 
@@ -75,7 +83,7 @@ are fused numba loops; chains are a leading array axis.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Callable
 
 import numba
@@ -108,6 +116,8 @@ class LogitDesign(PoolingPriors):
     world_effects: bool = True
     mean_X: np.ndarray | None = None  # LLMs x R: a structured pooled mean X beta (module docstring, 5', 6')
     mean_sd: np.ndarray | None = None  # R: the prior SD of each beta_r
+    crossed_index: list = field(default_factory=list)  # per crossed effect: the level of every cell (step 7)
+    crossed_sd: list = field(default_factory=list)  # per crossed effect: the HalfNormal scale of its sigma
 
     def __post_init__(self) -> None:
         self.A = np.ascontiguousarray(self.A, float)
@@ -390,10 +400,15 @@ class _Cells:
         self.gl = self.l[self.gstart]
         self.gw = self.w[self.gstart]
         self.glstart = np.flatnonzero(np.r_[True, self.gl[1:] != self.gl[:-1]])  # first group of each LLM
-        keyed = np.column_stack([self.l.astype(float), A])
+        T = len(d.crossed_index)
+        levels = [np.asarray(ix, np.int64)[order] for ix in d.crossed_index]
+        keyed = np.column_stack([self.l.astype(float), *[lv.astype(float) for lv in levels], A])
         pairs, r = np.unique(keyed, axis=0, return_inverse=True)  # sorted by LLM first
         self.pl = np.ascontiguousarray(pairs[:, 0].astype(np.int64))  # the LLM of each pair
-        self.U = np.ascontiguousarray(pairs[:, 1:])  # its design row
+        self.plev = [pairs[:, 1 + t].astype(np.int64) for t in range(T)]  # each pair's crossed levels
+        self.n_lev = [int(lv.max()) + 1 for lv in levels]
+        self.offset = None  # C x pairs: the crossed effects' sum per pair (None without them; step 7)
+        self.U = np.ascontiguousarray(pairs[:, 1 + T:])  # its design row
         self.lr = np.ascontiguousarray(r.ravel().astype(np.int64))
         self.diag = np.arange(A.shape[1])
 
@@ -450,6 +465,8 @@ def _table(theta: np.ndarray, cells: _Cells) -> np.ndarray:
     """(C x pairs) linear predictor a' theta[l] of every distinct (LLM, design row) pair."""
     out = np.empty((len(theta), len(cells.U)))
     _pair_table(np.ascontiguousarray(theta), cells.pl, cells.U, out)
+    if cells.offset is not None:
+        out += cells.offset
     return out
 
 
@@ -652,10 +669,50 @@ def _step_pooled_noncentred(s: _State, d: LogitDesign, cells: "_Cells", start, s
     return ok
 
 
+def _step_crossed(s: _State, d: LogitDesign, cells: "_Cells", v: list, csig: np.ndarray, newton: int,
+                  rng: np.random.Generator) -> np.ndarray:
+    """Step 7: each crossed effect's levels v_t[j] | rest by independence MH with a Newton proposal
+    from 0, then sigma_t | v_t (slice sampler, as 4a). Updates ``v``, ``csig``, cells.offset and
+    s.loglik; returns the acceptance (chain x effect: mean over levels)."""
+    C = s.theta.shape[0]
+    acc = np.zeros((C, len(v)))
+    cell_lev = [plev[cells.lr] for plev in cells.plev]
+    for t in range(len(v)):
+        J = cells.n_lev[t]
+        cells.offset = sum((v[q][:, cells.plev[q]] for q in range(len(v)) if q != t), np.zeros_like(cells.offset))
+        base = _table(s.theta, cells)  # without v_t
+        iv2 = 1.0 / csig[:, t, None] ** 2
+
+        def loglik(vt):
+            eta = (base + vt[:, cells.plev[t]])[:, cells.lr] + s.group_u[:, cells.gidx]
+            ll = cells.k * eta - cells.n * np.logaddexp(0.0, eta)
+            return np.stack([np.bincount(cell_lev[t], weights=ll[c], minlength=J) for c in range(C)])
+
+        centre = np.zeros((C, J))
+        for _ in range(newton):
+            res, h = np.zeros((C, J)), np.zeros((C, J))
+            _sums_by(base + centre[:, cells.plev[t]], cells.lr, s.group_u, cells.gidx, cell_lev[t], cells.k, cells.n,
+                     res, h)
+            h += iv2
+            centre = centre + (res - iv2 * centre) / h
+        prop = centre + rng.standard_normal((C, J)) / np.sqrt(h)
+        log_a = (loglik(prop) - 0.5 * iv2 * prop ** 2 - loglik(v[t]) + 0.5 * iv2 * v[t] ** 2
+                 + 0.5 * h * ((prop - centre) ** 2 - (v[t] - centre) ** 2))
+        ok = np.log(rng.random((C, J))) < log_a
+        v[t] = np.where(ok, prop, v[t])
+        acc[:, t] = ok.mean(1)
+        cells.offset = sum((v[q][:, cells.plev[q]] for q in range(len(v))), np.zeros_like(cells.offset))
+        ss, s02 = (v[t] ** 2).sum(1), float(d.crossed_sd[t]) ** 2
+        csig[:, t] = np.exp(_slice_log(lambda x: -np.exp(2 * x) / (2 * s02) - (J - 1) * x - 0.5 * ss * np.exp(-2 * x),
+                                       np.log(csig[:, t]), 1.0, rng))
+    _loglik_groups(_table(s.theta, cells), cells.lr, s.group_u, cells.gidx, cells.k, cells.n, s.loglik)
+    return acc
+
+
 def logit_gibbs(design: LogitDesign, *, draws: int = 1000, tune: int = 100, chains: int = 4,
                 random_seed: int | None = 0, newton_theta: int = 1, theta_tries: int = 1, newton_u: int = 1,
                 newton_sigma: int = 1, overdispersed: float = 1.3, keep_u: bool = True, theta_rho: float = 0.5,
-                interweave_pooled: bool = True,
+                interweave_pooled: bool = True, newton_crossed: int = 2,
                 progress: Callable[[int, int], None] | None = None) -> dict[str, np.ndarray]:
     """Sample the posterior of ``design``'s model (see the module docstring).
 
@@ -688,6 +745,11 @@ def logit_gibbs(design: LogitDesign, *, draws: int = 1000, tune: int = 100, chai
     cells = _Cells(d)
     rng = np.random.default_rng(random_seed)
     theta0 = _pilot(d, cells)
+    T = len(d.crossed_index)
+    if T:  # 7. crossed effects start at 0, their scales at half the prior scale
+        v = [np.zeros((chains, J)) for J in cells.n_lev]
+        csig = np.array([0.5 * float(sd) for sd in d.crossed_sd])[None].repeat(chains, 0)
+        cells.offset = np.zeros((chains, len(cells.U)))
     s = _start_state(d, cells, theta0, chains, overdispersed, rng)
     n_chain, n_llm, n_world, n_param = s.theta.shape[0], d.n_llm, d.n_world, d.A.shape[1]
     n_pooled = len(d.pooled)
@@ -699,7 +761,11 @@ def logit_gibbs(design: LogitDesign, *, draws: int = 1000, tune: int = 100, chai
         if keep_u:
             out["u"] = np.empty((n_chain, draws, n_llm, n_world))
     acc = {"theta": np.zeros((n_chain, n_llm)), "u": np.zeros(n_chain), "sigma": np.zeros((n_chain, n_llm)),
-           "pooled": np.zeros(n_chain)}
+           "pooled": np.zeros(n_chain), "crossed": np.zeros((n_chain, T))}
+    if T:
+        out["crossed_sigma"] = np.empty((n_chain, draws, T))
+        for t in range(T):
+            out[f"crossed_v{t}"] = np.empty((n_chain, draws, cells.n_lev[t]))
     scratch = np.empty_like(s.loglik)  # the log-likelihood of a proposal, by group
     # proposal starting points: the pilot, then (frozen for the kept draws) the mean of the
     # second half of burn-in; a fixed start keeps the proposals independent of the current state
@@ -730,6 +796,8 @@ def logit_gibbs(design: LogitDesign, *, draws: int = 1000, tune: int = 100, chai
             if it < tune // 2:  # burn-in only: step 6 starts from the current state
                 start.mu, start.log_tau = s.mu, np.log(s.tau)
             acc_pooled = _step_pooled_noncentred(s, d, cells, (start.mu, start.log_tau), scratch, rng)
+        if T:
+            acc_crossed = _step_crossed(s, d, cells, v, csig, newton_crossed, rng)
         if tune // 2 <= it < tune:
             running.theta += s.theta
             running.sigma += s.sigma
@@ -742,6 +810,11 @@ def logit_gibbs(design: LogitDesign, *, draws: int = 1000, tune: int = 100, chai
             out["theta"][:, j], out["mu"][:, j], out["tau"][:, j] = s.theta, s.mu, s.tau
             if n_pooled and interweave_pooled:
                 acc["pooled"] += acc_pooled
+            if T:
+                acc["crossed"] += acc_crossed
+                out["crossed_sigma"][:, j] = csig
+                for t in range(T):
+                    out[f"crossed_v{t}"][:, j] = v[t]
             if we:
                 acc["u"] += acc_u
                 acc["sigma"] += acc_sigma
@@ -758,4 +831,6 @@ def logit_gibbs(design: LogitDesign, *, draws: int = 1000, tune: int = 100, chai
     if we:
         out["accept_u"] = acc["u"] / draws
         out["accept_sigma"] = acc["sigma"] / draws
+    if T:
+        out["accept_crossed"] = acc["crossed"] / draws
     return out

@@ -17,7 +17,11 @@ cluster c with rows r is the marginal over its effect,
                log L_c = -n/2 log 2 pi - (n - 1) log s - 1/2 log(s^2 + n sigma^2)
                          - [sum r^2 - sigma^2 (sum r)^2 / (s^2 + n sigma^2)] / (2 s^2),  r = y - eta
 
-and without group effects each row is its own unit. The binomial coefficient is included, so the
+and without group effects each row is its own unit. With crossed effects (`spec.CrossedEffect`:
+(1 | source), an item effect shared across units) both condition on the crossed effects' draws:
+eta includes sigma_t z_t[level] at each draw, and a cluster's likelihood integrates its own u only.
+Clusters that share a source are then not independent given the other parameters' uncertainty, so
+the cluster unit is approximate there (LOO of a cluster keeps the source effects fitted on it). The binomial coefficient is included, so the
 values are log probabilities of the data (comparable across models of the same counts).
 
 Posterior predictive draws replicate every row: binomial k ~ Bin(n, logistic(eta + u)), normal
@@ -163,9 +167,11 @@ def log_likelihood(spec: Any, post: Any, idx: np.ndarray) -> tuple[np.ndarray, l
     sig = _unit_draws(post, nm["sigma"], spec.unit, idx).reshape(C * D, -1)[:, cl_unit] if spec.group else None
     res = (_unit_draws(post, nm["resid"], spec.unit, idx).reshape(C * D, -1)[:, cl_unit]
            if spec.family == "normal" else None)
+    off = spec.crossed_offset(post, idx) if getattr(spec, "crossed", None) else None
+    off = None if off is None else off.reshape(C * D, -1)
     out = np.empty((C * D, n_cl))
     for sl in _chunks(C * D, len(spec.A) * (GH_NODES + NEWTON_STEPS)):
-        eta = _eta_fixed(spec, th[sl])
+        eta = _eta_fixed(spec, th[sl]) + (0.0 if off is None else off[sl])
         if spec.family == "binomial":
             k, n = np.asarray(spec.y, float), np.asarray(spec.n, float)
             if sig is None:
@@ -189,6 +195,8 @@ def posterior_predictive(spec: Any, post: Any, idx: np.ndarray, rng: np.random.G
     th = th.reshape(C * D, *th.shape[2:])
     ui = np.asarray(spec.unit_index, np.int64)
     eta = _eta_fixed(spec, th)
+    if getattr(spec, "crossed", None):  # the crossed effects' draws: the same sources / shared items again
+        eta = eta + spec.crossed_offset(post, idx).reshape(C * D, -1)
     if spec.group is not None:
         sigma = _unit_draws(post, nm["sigma"], spec.unit, idx).reshape(C * D, -1)
         gi = np.asarray(spec.group_index, np.int64)

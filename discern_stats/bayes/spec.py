@@ -12,6 +12,10 @@ unit with their priors, the data (a design row per cell), and the group effects:
     u[l, g] = sigma[l] z[l, g],  z ~ N(0, 1),  sigma[l] ~ HalfNormal(sigma_sd)
     s[l] ~ HalfNormal(resid_sd)  (normal family)
 
+With ``crossed`` effects (issue 25.2; none by default) eta_c gains sum_t v_t[level_t(c)],
+v_t = sigma_t z_t, z_t ~ N(0, 1), sigma_t ~ HalfNormal(sd_t): random intercepts shared across units
+(e.g. (1 | source), or an item effect shared by every LLM x strategy beside the nested u).
+
 With ``mean_terms`` (a structured pooled mean, issue 25.3) the pooled block's mean is a regression
 on the units' factors instead of one mu per coefficient:
 
@@ -69,6 +73,20 @@ class MeanTerm:
     sum_to_zero: bool = False
 
 
+@dataclass(frozen=True)
+class CrossedEffect:
+    """A random intercept shared across units (issue 25.2), crossed with them: row r gets
+    ``sigma * z[index[r]]``, z ~ N(0, 1) over the levels ``coords[dim]``, sigma ~ HalfNormal(sd),
+    e.g. (1 | source) or an item effect shared by every LLM x strategy. Named ``sigma_name`` and
+    ``z_name`` (dims (dim,)) in both backends."""
+
+    sigma_name: str
+    z_name: str
+    dim: str
+    index: np.ndarray
+    sd: float
+
+
 def sum_to_zero_basis(n: int) -> np.ndarray:
     """The orthonormal Helmert basis (n x n-1): column j (1-based) is (1, ..., 1, -j, 0, ...) /
     sqrt(j (j + 1)) with j ones; Q'Q = I and 1'Q = 0, so QQ' = I - 11'/n."""
@@ -98,6 +116,7 @@ class HierarchicalGLM(PoolingPriors):
     # observed outcome; row, cluster, column: dims; n, unit_of_row, group_of_row, design: constant data)
     names: dict[str, str] = field(default_factory=dict)
     mean_terms: list[MeanTerm] = field(default_factory=list)  # a structured pooled mean (replaces mu)
+    crossed: list[CrossedEffect] = field(default_factory=list)  # random intercepts shared across units
 
     def __post_init__(self) -> None:
         if self.family not in ("binomial", "normal"):
@@ -113,6 +132,10 @@ class HierarchicalGLM(PoolingPriors):
         self.A = np.ascontiguousarray(self.A, float)
         if self.A.shape[1] != sum(self._width(b) for b in self.blocks):
             raise ValueError(f"A has {self.A.shape[1]} columns; the blocks need {sum(self._width(b) for b in self.blocks)}")
+        for t in self.crossed:
+            ix = np.asarray(t.index)
+            if ix.shape != (len(self.A),) or ix.min() < 0 or ix.max() >= len(self.coords[t.dim]) or not t.sd > 0:
+                raise ValueError(f"crossed effect {t.z_name!r}: index needs one level of coords[{t.dim!r}] per row, sd > 0")
         if self.mean_terms:
             if not pooled:
                 raise ValueError("mean_terms need a pooled block")
@@ -216,6 +239,10 @@ class HierarchicalGLM(PoolingPriors):
             sigma = pm.HalfNormal(nm["sigma"], self.sigma_sd, dims=self.unit)
             z = pm.Normal(nm["z"], 0.0, 1.0, dims=(self.unit, self.group))
             eta = eta + sigma[ui] * z[ui, self.group_index]
+        for t in self.crossed:  # eta_c += sigma_t v_t[level_t(c)]
+            st = pm.HalfNormal(t.sigma_name, t.sd)
+            zt = pm.Normal(t.z_name, 0.0, 1.0, dims=t.dim)
+            eta = eta + st * zt[np.asarray(t.index, np.int64)]
         # observed variables (not a Potential), so PyMC knows the likelihood: pm.sample_posterior_predictive
         # and pm.compute_log_likelihood work on this model as on any other
         if self.family == "binomial":
@@ -252,7 +279,8 @@ class HierarchicalGLM(PoolingPriors):
         return LogitDesign(A=self.A, llm=self.unit_index, world=self.group_index if has_g else np.zeros(len(self.A), int),
                            k=self.y, n=self.n, n_llm=self.n_unit, n_world=len(self.coords[self.group]) if has_g else 1,
                            prior_mean=mean, prior_sd=sd, pooled=pooled, intercepts=intercepts,
-                           world_effects=has_g, mean_X=X, mean_sd=Xsd, **self.pooling_priors())
+                           world_effects=has_g, mean_X=X, mean_sd=Xsd, crossed_index=self._crossed_index(),
+                           crossed_sd=self._crossed_sd(), **self.pooling_priors())
 
     def gauss_design(self):
         """The normal model in the layout of `gauss_gibbs`."""
@@ -264,7 +292,25 @@ class HierarchicalGLM(PoolingPriors):
                            y=self.y, n_unit=self.n_unit, n_group=len(self.coords[self.group]) if has_g else 1,
                            prior_mean=mean, prior_sd=sd, pooled=pooled, intercepts=intercepts,
                            resid_sd=self.resid_sd, group_effects=has_g, mean_X=X, mean_sd=Xsd,
-                           **self.pooling_priors())
+                           crossed_index=self._crossed_index(), crossed_sd=self._crossed_sd(), **self.pooling_priors())
+
+    def _crossed_index(self) -> list[np.ndarray]:
+        return [np.asarray(t.index, np.int64) for t in self.crossed]
+
+    def _crossed_sd(self) -> list[float]:
+        return [float(t.sd) for t in self.crossed]
+
+    def crossed_offset(self, post: Any, idx: np.ndarray) -> np.ndarray | None:
+        """(chain, len(idx), rows) sum_t sigma_t z_t[level_t(row)] at the draws ``idx`` of a posterior
+        Dataset, or None without crossed effects."""
+        if not self.crossed:
+            return None
+        total = 0.0
+        for t in self.crossed:
+            sg = np.asarray(post[t.sigma_name].isel(draw=idx))
+            z = np.asarray(post[t.z_name].isel(draw=idx).transpose("chain", "draw", t.dim))
+            total = total + sg[..., None] * z[..., np.asarray(t.index, np.int64)]
+        return total
 
     def sample(self, *, draws: int, tune: int, chains: int, random_seed: int, keep_group_effects: bool = True,
                progress: Callable[[int, int], None] | None = None, **kwargs: Any) -> tuple[dict, dict, dict]:
@@ -318,6 +364,11 @@ class HierarchicalGLM(PoolingPriors):
             if "u" in out:
                 post[nm["z"]] = out["u"] / out["sigma"][..., None]
                 dims[nm["z"]] = [self.unit, self.group]
+        for i, t in enumerate(self.crossed):
+            post[t.sigma_name] = out["crossed_sigma"][..., i]
+            dims[t.sigma_name] = []
+            post[t.z_name] = out[f"crossed_v{i}"] / out["crossed_sigma"][..., i, None]
+            dims[t.z_name] = [t.dim]
         if self.family == "normal":
             post[nm["resid"]] = out["resid_sd"]
             dims[nm["resid"]] = [self.unit]
