@@ -43,6 +43,24 @@ def test_binomial_cluster_loglik_equals_quadrature(sig, rows, n):
         assert got[s, 0] == pytest.approx(_quad_binomial(eta[s], k, nn, sig), abs=1e-6)
 
 
+def test_binomial_cluster_loglik_over_random_clusters():
+    """300 random clusters (sigma 0.05-4, 1-400 rows, all-0 and all-1 ones included) against a fine
+    grid in log space: the Newton steps reach the mode where a plain Newton step cycles (sigma 4,
+    100 rows: the case that found it), and the worst error stays below 5e-3, the median below 1e-9."""
+    rng = np.random.default_rng(0)
+    x = np.linspace(-20, 20, 40_001)
+    errs = []
+    for _ in range(300):
+        sig, rows = rng.choice([0.05, 0.3, 1, 2, 4]), int(rng.choice([1, 2, 5, 20, 100, 400]))
+        eta = rng.normal(rng.normal(0, 2), 1, (1, rows))
+        k = rng.binomial(1, expit(eta[0] + sig * rng.normal())).astype(float)
+        got = binomial_cluster_loglik(eta, k, np.ones(rows), np.full((1, 1), sig), np.zeros(rows, np.int64), 1)[0, 0]
+        e = eta[0][:, None] + sig * x[None, :]
+        h = (k[:, None] * e - np.logaddexp(0, e)).sum(0) + stats.norm.logpdf(x)
+        errs.append(abs(got - (h.max() + np.log(np.trapezoid(np.exp(h - h.max()), x)))))
+    assert max(errs) < 5e-3 and np.median(errs) < 1e-9, (max(errs), np.median(errs))
+
+
 def test_binomial_clusters_are_separate_integrals():
     rng = np.random.default_rng(1)
     cl = np.array([0, 1, 0, 2, 1, 0])
@@ -148,7 +166,9 @@ def test_discernment_joint_loglik_is_the_sum_of_its_parts(saved_fits):
     labels = list(np.asarray(joint["cluster"]))
     assert sorted(total) == labels
     assert np.allclose(np.stack([total[k] for k in labels], -1), np.asarray(joint))
-    assert set(np.asarray(m.idata["observed_data"]["response"])) <= {"none", "partial", "full", "away"}
+    codes = np.asarray(m.idata["observed_data"]["response"])
+    from discern_stats.core.vocab import RESPONSES
+    assert (np.asarray(RESPONSES)[codes] == m.data.response.to_numpy()).all()
     assert list(np.asarray(m.idata["constant_data"]["predictor"])) == m.config["predictors"]
 
 

@@ -340,10 +340,11 @@ class DiscernmentModel(BayesModel):
                                             coords={"predictor": preds}) for k in ("mean", "sd")}
 
     def observed_data(self) -> dict[str, Any]:
-        """Every modelled row's response (none / partial / full / away), its group and item."""
+        """Every modelled row's response, coded 0..3 in the order of ``response`` (none, partial, full,
+        away; the part outcomes' rows are subsets of these rows, in order)."""
         import xarray as xr
-        d = self.data
-        return {c: xr.DataArray(d[c].astype(str).to_numpy(), dims=["row"]) for c in ("response", "group", "item_id")}
+        codes = pd.Categorical(self.data.response, list(RESPONSES)).codes.astype(np.int8)
+        return {"response": xr.DataArray(codes, dims=["row"], attrs={"categories": ", ".join(RESPONSES)})}
     acceptance_note = ("minimum over chains and groups of the Metropolis-Hastings acceptance rates (the "
                        "fraction part is sampled by exact Gibbs draws)")
 

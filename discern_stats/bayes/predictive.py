@@ -10,9 +10,11 @@ cluster's other rows in and tell nothing about a new item or world. The log-like
 cluster c with rows r is the marginal over its effect,
 
     binomial:  log L_c = log int prod_r Bin(k_r | n_r, logistic(eta_r + sigma x)) phi(x) dx
-                       (adaptive Gauss-Hermite: Newton steps to the mode m of the integrand's log
-                       h(x), nodes m + sqrt(2) t_q / sqrt(-h''(m)); Liu & Pierce 1994, Biometrika
-                       81:624; exact to 1e-6 against scipy's quad in the tests)
+                       (adaptive Gauss-Hermite: safeguarded Newton steps to the mode m of the
+                       integrand's log h(x), 15 nodes m + sqrt(2) t_q / sqrt(-h''(m)); Liu & Pierce
+                       1994, Biometrika 81:624. Against a fine grid over 300 random clusters: median
+                       error 1e-13, 90 % under 2e-5, worst 4e-3 (all-0 clusters at sigma 4, where the
+                       integrand is one-sided); LOO's own Monte Carlo error is far larger)
     normal:    y_c ~ N(eta_c, s^2 I + sigma^2 11'), in closed form:
                log L_c = -n/2 log 2 pi - (n - 1) log s - 1/2 log(s^2 + n sigma^2)
                          - [sum r^2 - sigma^2 (sum r)^2 / (s^2 + n sigma^2)] / (2 s^2),  r = y - eta
@@ -30,7 +32,7 @@ again), else a fresh u ~ N(0, sigma[unit]) per cluster (the discernment model ke
 new item in the same group, whichever sampler ran).
 
 Both are computed on at most ``predictive_draws`` draws, thinned evenly within each chain (their
-``draw`` coordinate holds the kept draws' indices): the binomial integral costs about 23 passes
+``draw`` coordinate holds the kept draws' indices): the binomial integral costs about 27 passes
 over the rows per draw.
 """
 
@@ -42,10 +44,11 @@ import numpy as np
 import xarray as xr
 
 GH_NODES = 15  # adaptive Gauss-Hermite nodes per cluster
-NEWTON_STEPS = 8  # to the mode of the cluster integrand (h is strictly concave)
+NEWTON_STEPS = 12  # to the mode of the cluster integrand (h is strictly concave)
+MAX_STEP = 3.0  # largest Newton step, in SDs of the effect
 PREDICTIVE_DRAWS = 1000  # log-likelihood draws kept at most (all chains together)
 PPC_DRAWS = 200  # posterior predictive draws kept at most
-ROW_EVALS = 4e9  # at most this many row x draw evaluations of the binomial integral (thins further at scale)
+ROW_EVALS = 2e9  # at most this many row x draw evaluations of the binomial integral (thins further at scale)
 PPC_CELLS = 3e7  # at most this many row x draw predictive values saved
 
 
@@ -111,11 +114,17 @@ def binomial_cluster_loglik(eta: np.ndarray, k: np.ndarray, n: np.ndarray, sig: 
     S = eta.shape[0]
     x = np.zeros((S, n_cl))
     sr = sig[:, cl]
+    lo, hi = np.full_like(x, -np.inf), np.full_like(x, np.inf)  # the mode's bracket (h' decreases)
     for _ in range(newton):
         p = expit(eta + sr * x[:, cl])
         grad = sig * total(k - n * p) - x
         hess = -(sig ** 2) * total(n * p * (1 - p)) - 1.0
-        x = x - grad / hess
+        lo, hi = np.where(grad > 0, np.maximum(lo, x), lo), np.where(grad <= 0, np.minimum(hi, x), hi)
+        # a Newton step, damped, and a bisection where it would leave the bracket (Newton alone can
+        # cycle between two points when the curvature changes fast: sigma 4 over 100 rows)
+        new = x - np.clip(grad / hess, -MAX_STEP, MAX_STEP)
+        inside = (new > lo) & (new < hi)
+        x = np.where(inside | ~np.isfinite(lo + hi), new, 0.5 * (lo + hi))
     p = expit(eta + sr * x[:, cl])
     scale = 1.0 / np.sqrt((sig ** 2) * total(n * p * (1 - p)) + 1.0)
     t, w = np.polynomial.hermite.hermgauss(nodes)
@@ -247,10 +256,12 @@ def groups_for(specs: dict[str, Any], post: Any, *, seed: int = 0, joint: str | 
         obs[nm["y"]] = xr.DataArray(np.asarray(spec.y), dims=[row])
         if spec.family == "binomial":
             const[nm["n"]] = xr.DataArray(np.asarray(spec.n), dims=[row])
-        const[nm["unit_of_row"]] = xr.DataArray(np.asarray(spec.coords[spec.unit], dtype=str)[spec.unit_index], dims=[row])
+        # integer codes into the posterior's coordinates (a string per row costs 100 bytes at 670,000 rows)
+        const[nm["unit_of_row"]] = xr.DataArray(np.asarray(spec.unit_index, np.int32), dims=[row],
+                                                attrs={"codes_of": spec.unit})
         if spec.group is not None:
-            const[nm["group_of_row"]] = xr.DataArray(np.asarray(spec.coords[spec.group], dtype=str)[spec.group_index],
-                                                     dims=[row])
+            const[nm["group_of_row"]] = xr.DataArray(np.asarray(spec.group_index, np.int32), dims=[row],
+                                                     attrs={"codes_of": spec.group})
         const[nm["design"]] = xr.DataArray(spec.A, dims=[row, nm["column"]], coords={nm["column"]: spec.column_labels()})
         pp[nm["y"]] = xr.DataArray(posterior_predictive(spec, post, pp_idx, rng, conditional), dims=["chain", "draw", row],
                                    coords={"chain": np.asarray(post["chain"]), "draw": draw_coord[pp_idx]})
