@@ -62,13 +62,13 @@ def model_truth(truth: dict, scales: dict | None) -> tuple[pd.DataFrame, pd.Data
     return groups, pooled, worst
 
 
-def one_fit(df: pd.DataFrame, rep: int, draws: int, chains: int):
+def one_fit(df: pd.DataFrame, rep: int, draws: int, chains: int, config: dict | None = None):
     import discern_stats
     with tempfile.TemporaryDirectory() as folder, warnings.catch_warnings():
         warnings.simplefilter("ignore")
         t = time.perf_counter()
         m = discern_stats.fit("discernment", df, folder, refit=True,
-                              fit_kwargs={"draws": draws, "chains": chains, "random_seed": rep})
+                              fit_kwargs={"draws": draws, "chains": chains, "random_seed": rep}, **(config or {}))
         return m, time.perf_counter() - t
 
 
@@ -112,16 +112,18 @@ def main(argv=None) -> None:
     ap.add_argument("--chains", type=int, default=2)
     ap.add_argument("--seed0", type=int, default=25_000, help="replicate r uses generator seed seed0 + r")
     ap.add_argument("--json", help="write the per-interval rows and the table here")
+    ap.add_argument("--config", default="{}", help='model config as JSON, e.g. \'{"source_effects": true}\'')
     a = ap.parse_args(argv)
+    config = json.loads(a.config)
     layout = Layout(llms=a.llms, strategies=a.strategies, items=a.items, sources=a.sources,
                     source_sd=a.source_sd, source_rel_corr=a.source_rel_corr)
     print(f"layout {a.llms} LLMs x {a.strategies} strategies x {a.items} items x 6 sources x 5 factors "
           f"(source SD {a.source_sd}, corr with reliability {a.source_rel_corr}); {a.reps} reps; "
-          f"{a.chains} chains x {a.draws} draws", flush=True)
+          f"{a.chains} chains x {a.draws} draws; config {config}", flush=True)
     t0, rows, gates = time.perf_counter(), [], []
     for r in range(a.reps):
         df, truth = generate(layout, seed=a.seed0 + r)
-        m, wall = one_fit(df, r, a.draws, a.chains)
+        m, wall = one_fit(df, r, a.draws, a.chains, config)
         x, worst = score(m, truth)
         rows.append(x.assign(rep=r))
         d = m.diagnostics
