@@ -651,8 +651,8 @@ def loo_frame(ctx: ReportContext) -> pd.DataFrame:
         m = ctx.model(kind)
         if m is None:
             continue
-        try:
-            t = m.loo_table()
+        try:  # once per saved fit, as the other fit tables (ReportContext.fit_table)
+            t = ctx.fit_table(kind, "loo", lambda mm: pd.DataFrame([mm.loo_table()])).iloc[0]
         except InputError as exc:
             rows.append({"model": MODEL_LABELS[kind], "left out": units[kind], "note": str(exc)})
             continue
@@ -682,7 +682,7 @@ def discernment_ppc_frame(ctx: ReportContext) -> pd.DataFrame:
     if m is None:
         return pd.DataFrame()
     try:
-        t = m.predictive_check()
+        t = ctx.fit_table("discernment", "predictive_check", lambda mm: mm.predictive_check())
     except InputError:
         return pd.DataFrame()
     return pd.DataFrame({"statistic": t.quantity, "observed": t.observed,
