@@ -652,7 +652,7 @@ def loo_frame(ctx: ReportContext) -> pd.DataFrame:
         if m is None:
             continue
         try:  # once per saved fit, as the other fit tables (ReportContext.fit_table)
-            t = ctx.fit_table(kind, "loo", lambda mm: pd.DataFrame([mm.loo_table()])).iloc[0]
+            t = ctx.fit_table(kind, "loo", lambda mm: pd.DataFrame([mm.loo_table()])).to_dict("records")[0]  # ints stay ints
         except InputError as exc:
             rows.append({"model": MODEL_LABELS[kind], "left out": units[kind], "note": str(exc)})
             continue
