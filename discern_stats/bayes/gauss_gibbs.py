@@ -36,8 +36,11 @@ The ``centered`` setting of the spec concerns the PyMC build only: this sampler 
 7. With crossed effects (``crossed_index``; `spec.HierarchicalGLM` crossed): every step above
    reads y - o, o_c = sum_t v_t[level_t(c)] (exact given o); then for each effect t in turn
    v_t[j] | rest is normal, precision sum_{c in j} 1 / s[l_c]^2 + 1 / sigma_t^2, mean its inverse
-   times sum_{c in j} e_c / s[l_c]^2 (e the residual without v_t), and sigma_t | v_t by the slice
-   sampler of 4a (J_t levels). Without crossed effects nothing changes (bit-identical draws).
+   times sum_{c in j} e_c / s[l_c]^2 (e the residual without v_t); 7b. the translation moves of
+   `crossed_moves` (intercepts and level-constant slopes against v_t; for an effect on the groups,
+   u[., j] against v_t[j]; every mean unchanged, c | rest normal from the priors); 7c. sigma_t
+   interweaved: | v_t by the slice sampler of 4a (J_t levels), then | z_t = v_t / sigma_t normal,
+   truncated at 0 (as 4b). Without crossed effects nothing changes (bit-identical draws).
 
 Group effects of groups a unit never saw are integrated out (they are not tracked); the mean of
 their prior is 0, so nothing reported depends on them.
@@ -52,6 +55,7 @@ import numpy as np
 from scipy import special
 
 from .hyperpriors import PoolingPriors
+from .crossed_moves import nested_shift, shift_basis, translate
 from .logit_gibbs import _slice_log, check_mean_design, pooled_mean, update_pooled, update_pooled_regression
 
 
@@ -169,12 +173,13 @@ def _pooled_noncentred_regression(theta, coef, tau, target, s, A, ul, lstart, At
 
 def gauss_gibbs(design: GaussDesign, *, draws: int = 1000, tune: int = 200, chains: int = 4,
                 random_seed: int | None = 0, keep_u: bool = True, overdispersed: float = 1.3,
-                interweave_pooled: bool = True, progress: Callable[[int, int], None] | None = None) -> dict[str, np.ndarray]:
+                interweave_pooled: bool = True, crossed_moves: bool = True, progress: Callable[[int, int], None] | None = None) -> dict[str, np.ndarray]:
     """Sample the posterior of ``design``'s model (module docstring). Returns ``theta`` (chain,
     draw, unit, P), ``mu`` (with a structured mean ``mean_coef``, chain x draw x R x K), ``tau``, ``resid_sd`` and, with group effects, ``sigma`` and (with
     ``keep_u``) ``u`` (unit, group). Chains start overdispersed: theta from its least-squares
     conditional with the spread times ``overdispersed``, the scales drawn around 1.
-    ``interweave_pooled=False`` leaves out step 6 (the centred (mu, tau) step alone; for comparison)."""
+    ``interweave_pooled=False`` leaves out step 6 (the centred (mu, tau) step alone; for comparison),
+    ``crossed_moves=False`` steps 7b and the non-centred half of 7c (likewise)."""
     if draws < 1 or tune < 0 or chains < 1:
         raise ValueError("gauss_gibbs needs draws >= 1, tune >= 0 and chains >= 1")
     d = design
@@ -222,6 +227,9 @@ def gauss_gibbs(design: GaussDesign, *, draws: int = 1000, tune: int = 200, chai
     n_lev = [int(ix.max()) + 1 for ix in lev]
     v = [np.zeros((C, J)) for J in n_lev]
     csig = np.array([0.5 * float(sd) for sd in d.crossed_sd])[None].repeat(C, 0) if T else np.zeros((C, 0))
+    moves = [(shift_basis(d.A, ix, J, d),  # 7b: the directions, and whether the levels are the nested groups
+              bool(ge and J == d.n_group and np.array_equal(ix, d.group))) for ix, J in zip(d.crossed_index, n_lev)] \
+        if crossed_moves else None
     theta = theta_draw(np.broadcast_to(y, (C, N)), s, mu, tau, spread=overdispersed or 1.0)
     out = {"theta": np.empty((C, draws, L, P)), "mu": np.empty((C, draws, *mu.shape[1:])), "tau": np.empty((C, draws, K)),
            "resid_sd": np.empty((C, draws, L))}
@@ -288,19 +296,42 @@ def gauss_gibbs(design: GaussDesign, *, draws: int = 1000, tune: int = 200, chai
         if K and interweave_pooled:  # 6. (mu, tau) | z, rest: the non-centred half of the interweaving
             step = _pooled_noncentred if d.mean_X is None else _pooled_noncentred_regression
             theta, mu, tau = step(theta, mu, tau, yo - ug[:, gidx], s, A, ul, lstart, AtA, d, rng)
-        if T:  # 7. v_t | rest (conjugate normal per level), then sigma_t | v_t (slice)
+        if T:  # 7. v_t | rest (conjugate normal per level); 7b. translations; 7c. sigma_t interweaved
             e = yo - np.einsum("np,cnp->cn", A, theta[:, ul]) - (ug[:, gidx] if ge else 0.0)
             w_c = 1.0 / s[:, ul] ** 2
             for t in range(T):
-                e = e + v[t][:, lev[t]]
+                e = e + v[t][:, lev[t]]  # the residual without v_t
                 prec = np.stack([np.bincount(lev[t], weights=w_c[c], minlength=n_lev[t]) for c in range(C)]) \
                     + 1.0 / csig[:, t, None] ** 2
                 lin = np.stack([np.bincount(lev[t], weights=w_c[c] * e[c], minlength=n_lev[t]) for c in range(C)])
                 v[t] = lin / prec + rng.standard_normal((C, n_lev[t])) / np.sqrt(prec)
-                e = e - v[t][:, lev[t]]
+                if moves is None:  # crossed_moves=False: v_t and the centred sigma_t step only
+                    e = e - v[t][:, lev[t]]
+                    sst, s02t = (v[t] ** 2).sum(1), float(d.crossed_sd[t]) ** 2
+                    csig[:, t] = np.exp(_slice_log(lambda x: -np.exp(2 * x) / (2 * s02t) - (n_lev[t] - 1) * x
+                                                   - 0.5 * sst * np.exp(-2 * x), np.log(csig[:, t]), 1.0, rng))
+                    continue
+                basis, nested = moves[t]
+                before = theta.copy()
+                translate(theta, mu, v[t], csig[:, t], basis, d, rng)
+                e = e - np.einsum("np,cnp->cn", A, theta[:, ul] - before[:, ul])  # v_t's share of the shift
+                if nested:
+                    shift = nested_shift(ug, sigma[:, gl], gg, v[t], csig[:, t], rng)
+                    ug = ug + shift[:, gg]
+                    v[t] = v[t] - shift
+                    e = e - shift[:, lev[t]]
                 sst, s02t = (v[t] ** 2).sum(1), float(d.crossed_sd[t]) ** 2
                 csig[:, t] = np.exp(_slice_log(lambda x: -np.exp(2 * x) / (2 * s02t) - (n_lev[t] - 1) * x
                                                - 0.5 * sst * np.exp(-2 * x), np.log(csig[:, t]), 1.0, rng))
+                # sigma_t | z_t: e_c = sigma_t z_t[level_c] + noise, normal in sigma_t, truncated at 0 (as 4b)
+                zt = v[t] / csig[:, t, None]
+                zc = zt[:, lev[t]]
+                pz = (zc ** 2 * w_c).sum(1) + 1.0 / s02t
+                mz = (zc * e * w_c).sum(1) / pz
+                sd_z = 1.0 / np.sqrt(pz)
+                csig[:, t] = mz - sd_z * special.ndtri(rng.random(C) * special.ndtr(mz / sd_z))
+                v[t] = csig[:, t, None] * zt
+                e = e - v[t][:, lev[t]]
         if it >= tune:
             j = it - tune
             out["theta"][:, j], out["mu"][:, j], out["tau"][:, j], out["resid_sd"][:, j] = theta, mu, tau, s

@@ -68,7 +68,15 @@ one mu_j. Steps 5 and 6 then read, with beta in place of mu:
    added to the pair table: every step above is exact given o. Each v_t[j] | rest (the levels of one
    effect are conditionally independent) by an independence MH step per level with the Gaussian of
    ``newton_crossed`` Newton steps from 0 (gradient / curvature summed over the level's cells), then
-   sigma_t | v_t by the slice sampler of 4a. Without crossed effects nothing changes (bit-identical).
+7b. translations (`crossed_moves`; Liu & Sabatti 2000): the intercepts and the slopes of columns
+   constant within the effect's levels (source-level predictors; with their pooled mean) + c,
+   v_t - X_t c, and for an effect on the world groups (a shared item effect) u[., j] + c_j,
+   v_t[j] - c_j: every eta unchanged, c | rest Gaussian from the priors. Without them the population
+   slope slid along v[source] - c x[source] by a random walk (bulk ESS 8 of 800 draws;
+   benchmarks/bench_crossed_mixing.py).
+7c. sigma_t interweaved (as 4): given v_t by the slice sampler of 4a, then given z_t = v_t / sigma_t
+   by an independence MH step with the Gaussian of ``newton_crossed`` Newton steps from a start
+   fixed for the kept draws. Without crossed effects nothing changes (bit-identical).
 
 The ``centered`` setting of `spec.HierarchicalGLM` concerns the PyMC build only: this sampler
 updates (mu, tau) in both parameterisations every sweep.
@@ -89,6 +97,7 @@ from typing import Callable
 import numba
 import numpy as np
 
+from .crossed_moves import nested_shift, shift_basis, translate
 from .hyperpriors import PoolingPriors
 
 
@@ -670,10 +679,14 @@ def _step_pooled_noncentred(s: _State, d: LogitDesign, cells: "_Cells", start, s
 
 
 def _step_crossed(s: _State, d: LogitDesign, cells: "_Cells", v: list, csig: np.ndarray, newton: int,
-                  rng: np.random.Generator) -> np.ndarray:
+                  moves: list, sig_start: np.ndarray, rng: np.random.Generator) -> np.ndarray:
     """Step 7: each crossed effect's levels v_t[j] | rest by independence MH with a Newton proposal
-    from 0, then sigma_t | v_t (slice sampler, as 4a). Updates ``v``, ``csig``, cells.offset and
-    s.loglik; returns the acceptance (chain x effect: mean over levels)."""
+    from 0; 7b, the translation moves (`crossed_moves`: against the intercepts and the level-constant
+    slopes, and, for an effect on the nested effect's groups, per level against those); then sigma_t
+    interweaved: given v_t (slice sampler, as 4a) and given z_t = v_t / sigma_t (as 4b, an
+    independence MH step with the Gaussian of ``newton`` Newton steps from ``sig_start``). Updates
+    ``v``, ``csig``, theta, mu, the nested effects, cells.offset and s.loglik; returns the acceptance
+    (chain x effect: mean over levels, and over the non-centred scale step)."""
     C = s.theta.shape[0]
     acc = np.zeros((C, len(v)))
     cell_lev = [plev[cells.lr] for plev in cells.plev]
@@ -701,10 +714,43 @@ def _step_crossed(s: _State, d: LogitDesign, cells: "_Cells", v: list, csig: np.
         ok = np.log(rng.random((C, J))) < log_a
         v[t] = np.where(ok, prop, v[t])
         acc[:, t] = ok.mean(1)
-        cells.offset = sum((v[q][:, cells.plev[q]] for q in range(len(v))), np.zeros_like(cells.offset))
+        if moves is None:  # crossed_moves=False: v_t and the centred sigma_t step only
+            cells.offset = sum((v[q][:, cells.plev[q]] for q in range(len(v))), np.zeros_like(cells.offset))
+            ss, s02 = (v[t] ** 2).sum(1), float(d.crossed_sd[t]) ** 2
+            csig[:, t] = np.exp(_slice_log(lambda x: -np.exp(2 * x) / (2 * s02) - (J - 1) * x - 0.5 * ss * np.exp(-2 * x),
+                                           np.log(csig[:, t]), 1.0, rng))
+            continue
+        # 7b. translations (every linear predictor unchanged)
+        basis, nested = moves[t]
+        translate(s.theta, s.mu, v[t], csig[:, t], basis, d, rng)
+        if nested:
+            shift = nested_shift(s.group_u, s.sigma[:, cells.gl], cells.gw, v[t], csig[:, t], rng)
+            s.group_u = s.group_u + shift[:, cells.gw]
+            s.u[:, cells.gl, cells.gw] = s.group_u
+            v[t] = v[t] - shift
+        base = _table(s.theta, cells)  # theta moved with v_t: the linear predictors without v_t are new
+        # 7c. sigma_t | v_t (centred), then sigma_t | z_t (non-centred)
         ss, s02 = (v[t] ** 2).sum(1), float(d.crossed_sd[t]) ** 2
         csig[:, t] = np.exp(_slice_log(lambda x: -np.exp(2 * x) / (2 * s02) - (J - 1) * x - 0.5 * ss * np.exp(-2 * x),
                                        np.log(csig[:, t]), 1.0, rng))
+        z = v[t] / csig[:, t, None]
+        sc = sig_start[:, t].copy()
+        for _ in range(newton):
+            res, h = np.zeros((C, J)), np.zeros((C, J))
+            _sums_by(base + (sc[:, None] * z)[:, cells.plev[t]], cells.lr, s.group_u, cells.gidx, cell_lev[t], cells.k,
+                     cells.n, res, h)
+            hs = (h * z ** 2).sum(1) + 1.0 / s02
+            sc = sc + ((res * z).sum(1) - sc / s02) / hs
+        prop_s = sc + rng.standard_normal(C) / np.sqrt(hs)
+        pos = prop_s > 0  # the target is 0 below 0: such proposals are rejected
+        prop_s = np.where(pos, prop_s, csig[:, t])
+        log_a = (loglik(prop_s[:, None] * z).sum(1) - 0.5 * prop_s ** 2 / s02
+                 - loglik(csig[:, t, None] * z).sum(1) + 0.5 * csig[:, t] ** 2 / s02
+                 + 0.5 * hs * ((prop_s - sc) ** 2 - (csig[:, t] - sc) ** 2))
+        ok_s = pos & (np.log(rng.random(C)) < log_a)
+        csig[:, t] = np.where(ok_s, prop_s, csig[:, t])
+        v[t] = csig[:, t, None] * z
+        cells.offset = sum((v[q][:, cells.plev[q]] for q in range(len(v))), np.zeros_like(cells.offset))
     _loglik_groups(_table(s.theta, cells), cells.lr, s.group_u, cells.gidx, cells.k, cells.n, s.loglik)
     return acc
 
@@ -712,7 +758,7 @@ def _step_crossed(s: _State, d: LogitDesign, cells: "_Cells", v: list, csig: np.
 def logit_gibbs(design: LogitDesign, *, draws: int = 1000, tune: int = 100, chains: int = 4,
                 random_seed: int | None = 0, newton_theta: int = 1, theta_tries: int = 1, newton_u: int = 1,
                 newton_sigma: int = 1, overdispersed: float = 1.3, keep_u: bool = True, theta_rho: float = 0.5,
-                interweave_pooled: bool = True, newton_crossed: int = 2,
+                interweave_pooled: bool = True, newton_crossed: int = 2, crossed_moves: bool = True,
                 progress: Callable[[int, int], None] | None = None) -> dict[str, np.ndarray]:
     """Sample the posterior of ``design``'s model (see the module docstring).
 
@@ -732,7 +778,8 @@ def logit_gibbs(design: LogitDesign, *, draws: int = 1000, tune: int = 100, chai
     factor, so that R-hat compares chains that began apart (Gelman & Rubin 1992); the proposals
     still start from the pilot mode. ``keep_u=False`` keeps only the scale ``sigma`` of the world
     effects (they are nuisance parameters; with hundreds of thousands of them their draws would
-    not fit in memory). An independence step cannot leave a start far in the tails:
+    not fit in memory). ``crossed_moves=False`` leaves out steps 7b and the non-centred half of 7c
+    (the crossed effects' translations and sigma_t | z_t; for comparison). An independence step cannot leave a start far in the tails:
     with a factor of 2 the 53-parameter blocks of the demo's intervention model never moved
     (acceptance 0, R-hat 2.26); 1.0 and 1.3 converged there (R-hat 1.004 / 1.005)."""
     if draws < 1 or tune < 0 or chains < 1:
@@ -750,6 +797,10 @@ def logit_gibbs(design: LogitDesign, *, draws: int = 1000, tune: int = 100, chai
         v = [np.zeros((chains, J)) for J in cells.n_lev]
         csig = np.array([0.5 * float(sd) for sd in d.crossed_sd])[None].repeat(chains, 0)
         cells.offset = np.zeros((chains, len(cells.U)))
+        moves = [(shift_basis(d.A, ix, J, d),  # 7b: the directions, and whether the levels are the world groups
+                  bool(d.world_effects and J == d.n_world and np.array_equal(ix, d.world)))
+                 for ix, J in zip(d.crossed_index, cells.n_lev)] if crossed_moves else None
+        sig_start, sig_run = csig.copy(), np.zeros_like(csig)
     s = _start_state(d, cells, theta0, chains, overdispersed, rng)
     n_chain, n_llm, n_world, n_param = s.theta.shape[0], d.n_llm, d.n_world, d.A.shape[1]
     n_pooled = len(d.pooled)
@@ -797,7 +848,13 @@ def logit_gibbs(design: LogitDesign, *, draws: int = 1000, tune: int = 100, chai
                 start.mu, start.log_tau = s.mu, np.log(s.tau)
             acc_pooled = _step_pooled_noncentred(s, d, cells, (start.mu, start.log_tau), scratch, rng)
         if T:
-            acc_crossed = _step_crossed(s, d, cells, v, csig, newton_crossed, rng)
+            if it < tune // 2:  # burn-in only: the non-centred scale step starts from the current state
+                sig_start = csig.copy()
+            elif it == tune and tune // 2 < tune:
+                sig_start = sig_run / (tune - tune // 2)
+            acc_crossed = _step_crossed(s, d, cells, v, csig, newton_crossed, moves, sig_start, rng)
+            if tune // 2 <= it < tune:
+                sig_run += csig
         if tune // 2 <= it < tune:
             running.theta += s.theta
             running.sigma += s.sigma
