@@ -51,6 +51,22 @@ def test_prior_predictive_shares():
         m.prior_predictive(draws=0)
 
 
+def test_prior_predictive_draws_the_crossed_effects():
+    """With every other prior near 0, (1 | source) or the shared item effect with a wide scale is the
+    only spread left: the 90 % band of the median partial fraction widens several-fold (it stayed
+    put when the prior predictive ignored crossed effects)."""
+    df, _ = simulate(n_llm=2, n_strategy=2, n_items=40, per_item=10, seed=3)
+    tight = dict(intercept_sd=1e-3, slope_sd=1e-3, tau_sd=1e-3, item_sd=1e-3)
+
+    def width(**kw):
+        q = DiscernmentModel(df, **tight, **kw).prior_predictive(draws=200, seed=1).set_index("quantity")
+        return float(q.loc["median partial fraction", "prior_q95"] - q.loc["median partial fraction", "prior_q05"])
+
+    base = width()
+    assert width(source_effects=True, source_sd=3.0) > 3 * base
+    assert width(shared_item_effects=True, shared_item_sd=3.0) > 3 * base
+
+
 @pytest.mark.slow
 def test_discernment_prior_sensitivity_table():
     """One row per prior x summary row; the tight scale prior (mean 0.02) pulls tau and the groups'

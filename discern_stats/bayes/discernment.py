@@ -352,8 +352,8 @@ class DiscernmentModel(BayesModel):
     def prior_predictive(self, draws: int = 200, seed: int = 0, max_rows: int = 20_000) -> pd.DataFrame:
         """What the priors imply on the data's own predictors and groups: ``draws`` parameter draws
         from the priors of the four parts (slopes from mu, tau; intercepts; item effects from their
-        scales; the fraction's residual SD), a response simulated for every row (at most ``max_rows``,
-        an even subsample) part by part as the model factorises, and per response share (none,
+        scales; crossed effects (source, shared item) from theirs; the fraction's residual SD), a
+        response simulated for every row (at most ``max_rows``, an even subsample) part by part as the model factorises, and per response share (none,
         partial, full, away) and the median moved fraction of the partial rows: the 5 %, 50 % and
         95 % quantiles over the draws beside the observed value. A prior that puts the observed
         shares far in its tails is a prior against the data."""
@@ -368,6 +368,8 @@ class DiscernmentModel(BayesModel):
         g = gcat.codes
         it = pd.Categorical(sub.item_id.astype(str)).codes
         G, I, K = g.max() + 1, it.max() + 1, X.shape[1]
+        src = pd.Categorical(sub.source.astype(str)).codes if c["source_effects"] else it
+        n_src = int(src.max()) + 1
         if c["strategy_effects"]:
             strategies, s_idx, llms, l_idx = self.group_factors(list(gcat.categories))
             Q = sum_to_zero_basis(len(llms))
@@ -386,6 +388,11 @@ class DiscernmentModel(BayesModel):
             if c["item_effects"]:
                 sig = np.abs(rng.normal(0, c["item_sd"], (draws, G)))
                 e = e + (sig[:, :, None] * rng.standard_normal((draws, G, I)))[:, g, it]
+            for on, sd_key, codes, n_lev in ((c["source_effects"], "source_sd", src, n_src),
+                                             (c["shared_item_effects"], "shared_item_sd", it, I)):
+                if on:  # crossed effects: sigma_t z_t[level], sigma_t ~ HalfNormal(sd)
+                    sig_t = np.abs(rng.normal(0, c[sd_key], (draws, 1)))
+                    e = e + (sig_t * rng.standard_normal((draws, n_lev)))[:, codes]
             eta[part] = e
         p = {k: 1 / (1 + np.exp(-v)) for k, v in eta.items() if k != "fraction"}
         moved = rng.random(p["move"].shape) < p["move"]
