@@ -183,6 +183,17 @@ def _sums_by_llm_scaled(tab, lr, scale, zg, gidx, llm, k, n, res, wgt):  # pragm
 
 
 @numba.njit(cache=True, nogil=True, parallel=True)
+def _loglik_by(tab, lr, ug, gidx, bins, k, n, out):  # pragma: no cover - compiled
+    """out[c, b] += k eta - n log(1 + e^eta) over the cells of each bin b = bins[i] (any order),
+    eta = tab[c, lr] + ug[c, g]: the binomial log-likelihood up to log C(n, k) per bin (a crossed
+    effect's level in step 7)."""
+    for c in numba.prange(tab.shape[0]):  # chains in parallel
+        for i in range(lr.shape[0]):
+            eta = tab[c, lr[i]] + ug[c, gidx[i]]
+            out[c, bins[i]] += k[i] * eta - n[i] * (max(eta, 0.0) + np.log1p(np.exp(-abs(eta))))
+
+
+@numba.njit(cache=True, nogil=True, parallel=True)
 def _loglik_groups(tab, lr, ug, gidx, k, n, out):  # pragma: no cover - compiled
     """out[c, g] = sum over the cells of group g of k eta - n log(1 + e^eta): the binomial
     log-likelihood up to log C(n, k). Cells must be sorted by group. Uses
@@ -697,9 +708,9 @@ def _step_crossed(s: _State, d: LogitDesign, cells: "_Cells", v: list, csig: np.
         iv2 = 1.0 / csig[:, t, None] ** 2
 
         def loglik(vt):
-            eta = (base + vt[:, cells.plev[t]])[:, cells.lr] + s.group_u[:, cells.gidx]
-            ll = cells.k * eta - cells.n * np.logaddexp(0.0, eta)
-            return np.stack([np.bincount(cell_lev[t], weights=ll[c], minlength=J) for c in range(C)])
+            out = np.zeros((C, J))
+            _loglik_by(base + vt[:, cells.plev[t]], cells.lr, s.group_u, cells.gidx, cell_lev[t], cells.k, cells.n, out)
+            return out
 
         centre = np.zeros((C, J))
         for _ in range(newton):
