@@ -447,6 +447,50 @@ def test_a_postgres_restart_mid_run_loses_nothing(pg_url, tmp_path):
     assert list(db.table(Run).status) == ["finished"]
 
 
+def test_commits_whose_reply_is_lost_claim_nothing_twice_and_strand_nothing(sqlite_url, monkeypatch):
+    """Every kind of database call of the collector commits once and then loses its reply (the
+    connection drops at the commit, as in a PostgreSQL restart), so `with_db_retry` runs it again:
+    every trial is done, each request sent once, one run row, finished, the counts right.
+    Before: a retried claim left the first claim's trials claimed and never sent; the run ended
+    'finished' with them back at 'pending' (CI, stop 33: test_a_postgres_restart_mid_run_loses_nothing);
+    a retried run insert left a second run row 'running'; a retried write counted its trials as lost."""
+    import sqlalchemy as sa
+
+    import discern_stats.collect.collector as C
+    import discern_stats.collect.writer as W
+    from discern_stats.collect.journal import with_db_retry
+    from discern_stats.collect.queue import ORPHAN_CLAIM_TEXT
+    db = ds.TrialDB(sqlite_url)
+    design_cue(db.engine, n_worlds=1)  # 48 requests
+    lost: dict[str, int] = {}
+
+    def reply_lost_once(fn, *args, **kw):  # noqa: ANN001, ANN202
+        name = getattr(fn, "__name__", "?")
+
+        def once(*a, **k):  # noqa: ANN002, ANN003, ANN202
+            out = fn(*a, **k)
+            if lost.get(name, 0) < (3 if name == "claim" else 1):
+                lost[name] = lost.get(name, 0) + 1
+                raise sa.exc.OperationalError("COMMIT", {}, Exception("server closed the connection unexpectedly"))
+            return out
+        return with_db_retry(once, *args, **kw)
+    monkeypatch.setattr(C, "with_db_retry", reply_lost_once)
+    monkeypatch.setattr(W, "with_db_retry", reply_lost_once)
+    with FakeOpenAIServer("credulous") as srv:
+        r = collect(db, spec_from_dict(server_spec(srv, concurrency=4)), progress=False)
+        requests = srv.counts["requests"]
+    assert {"claim", "insert", "_flush", "end"} <= set(lost), lost
+    t = db.table(Trial)
+    assert (t.state == "done").all() and len(t) == 48
+    assert requests == 48 and r.sent == 48
+    assert r.done == 48 and r.lost_leases == 0
+    assert list(db.table(Run).status) == ["finished"]
+    att = db.attempts()
+    orphans = att[att.error == ORPHAN_CLAIM_TEXT]
+    assert len(orphans) > 0 and (orphans.error_type == "not_sent").all()
+    assert att[att.ok.astype(bool)].trial_id.nunique() == 48 and (att.error_type != "no_outcome").all()
+
+
 # ----------------------------------------------------------------------------------------- point 8
 def test_a_long_retry_after_is_capped():
     """Retry-After: 3600 with retry.max_retry_after_s = 0.2: the retries go 0.2 s apart and the

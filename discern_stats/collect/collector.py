@@ -34,7 +34,8 @@ from .parsing import message_fields
 from .planning import PreparedRun, open_trials
 from .providers import (build_chat_model, close_chat_model, endpoint, error_type, http_status, is_retryable,
                         request_kwargs)
-from .queue import NO_OUTCOME, NO_OUTCOME_TEXT, LeaseKeeper, awake_clock, claim, collector_id
+from .queue import (NO_OUTCOME, NO_OUTCOME_TEXT, NOT_SENT, LeaseKeeper, awake_clock, claim, collector_id,
+                    release_orphan_claims)
 from .ratelimit import AdaptiveLimit, retry_after_s
 from .spec import LLMSpec, RetryPolicy, RunSpec
 from .writer import ResultWriter
@@ -127,7 +128,6 @@ async def _with_retries(once: Any, r: RetryPolicy, sleep: Any = asyncio.sleep) -
                                retry=retry_if_exception(is_retryable), reraise=True)(once)
 
 
-NOT_SENT = "not_sent"  # attempt rows of a first attempt that never left (its claim wrote the row)
 
 
 class LeaseLost(Exception):
@@ -172,6 +172,13 @@ class Collector:
         """A database call retried through an outage (`journal.with_db_retry`)."""
         return with_db_retry(fn, *args, patience_s=self.spec.database_patience_s, **kw)
 
+    def _give_back_orphans(self, llm_id: int) -> None:
+        """`queue.release_orphan_claims` (with the database away, the run stops: `_end_run` tries)."""
+        try:
+            self._db(release_orphan_claims, self.db, llm_id, self.me)
+        except DatabaseAway as exc:
+            self.database_away = self.database_away or str(exc)
+
     def _record_attempt_start(self, a: dict[str, Any]) -> None:
         def write() -> None:
             with self.db.engine.begin() as conn:
@@ -211,6 +218,10 @@ class Collector:
         from .spec import redacted_spec_json
         def insert() -> int:
             with self.db.engine.begin() as conn:
+                # a retry after a commit whose reply was lost finds the row it wrote (host is this collector's id)
+                mine = conn.execute(sa.select(Run.__table__.c.id).where(Run.__table__.c.host == self.me)).scalar()
+                if mine is not None:
+                    return mine
                 return conn.execute(sa.insert(Run.__table__).values(
                     spec_name=self.spec.name, spec_json=redacted_spec_json(self.spec), code_version=code_version(),
                     started_at=utcnow(), status="running", host=self.me, run_group=self.run_group)
@@ -348,6 +359,7 @@ class Collector:
         st["slots"] = spec.concurrency + borrow
         st["limit"] = AdaptiveLimit(st["slots"])
         workers = [asyncio.create_task(worker(i >= spec.concurrency)) for i in range(st["slots"])]
+        orphans_checked = False
         while True:
             # claim ahead: top the queue up to 3x the slots whenever it holds less than 2x, so that
             # the database round trip of a claim is hidden behind queued work
@@ -366,6 +378,7 @@ class Collector:
                 finally:
                     self.budget.give_back(want - len(jobs))
             if jobs:
+                orphans_checked = False
                 self.leases.hold(jobs, claimed_at)
                 st["running"] += len(jobs)
                 st["unflushed"] += len(jobs)
@@ -374,6 +387,12 @@ class Collector:
                     queue.put_nowait(j)
                 continue
             if st["running"] == 0 and st["unflushed"] == 0 and (want > 0 or stop or not self.budget.left()):
+                if want > 0 and not stop and not orphans_checked:
+                    # a claim whose reply the database lost may hold trials no one sends: give them
+                    # back and claim once more (idempotent, so a lost reply of this call is harmless)
+                    orphans_checked = True
+                    await asyncio.to_thread(self._give_back_orphans, llm_id)
+                    continue
                 break
             st["event"].clear()
             try:

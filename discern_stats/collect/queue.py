@@ -33,6 +33,7 @@ from ..store.trialdb import TrialDB
 log = logging.getLogger(__name__)
 
 NO_OUTCOME = "no_outcome"
+NOT_SENT = "not_sent"  # attempt rows of a first attempt that never left (its claim wrote the row)
 NO_OUTCOME_TEXT = "no outcome recorded: the collector stopped (or lost its lease) after claiming this attempt"
 
 
@@ -107,6 +108,27 @@ def claim(db: TrialDB, llm_id: int, me: str, n: int, lease_s: float, retry_faile
                     p = prior[(r["parent_key"], r["repeat"])]
                     r["prior_messages_json"], r["prior_raw"] = p.messages_json, p.raw_response
     return out
+
+
+def release_orphan_claims(db: TrialDB, llm_id: int, me: str) -> int:
+    """Return to 'pending' the trials of ``llm_id`` claimed by ``me`` that this collector does not
+    hold: a claim whose commit reached the database while the reply was lost (the connection
+    dropped at the commit; `with_db_retry` then claimed other trials). Called only when the
+    collector has none of this LLM's trials in flight, so every such claim is an orphan. Their
+    first-attempt rows (written in the claim's transaction) say they were not sent."""
+    T, A = Trial.__table__, Attempt.__table__
+    with db.engine.begin() as conn:
+        ids = [r[0] for r in conn.execute(sa.update(T).where(T.c.llm_id == llm_id, T.c.claimed_by == me,
+                                                            T.c.state == "claimed")
+                                          .values(state="pending", claimed_by=None, lease_until=None)
+                                          .returning(T.c.id))]
+        if ids:
+            conn.execute(sa.update(A).where(A.c.trial_id.in_(ids), A.c.collector == me, A.c.error_type == NO_OUTCOME)
+                         .values(error_type=NOT_SENT, error=ORPHAN_CLAIM_TEXT))
+    return len(ids)
+
+
+ORPHAN_CLAIM_TEXT = "not sent: the database connection dropped as the claim committed, and the claim was given back"
 
 
 @functools.cache

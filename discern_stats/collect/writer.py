@@ -88,8 +88,10 @@ class ResultWriter:
         T = Trial.__table__
         with self.c.db.engine.begin() as conn:
             ids = [p["_id"] for p in params]
+            # held: still claimed, or already written by this run (a retry after a commit whose reply was lost)
             held = {r[0] for r in conn.execute(sa.select(T.c.id).where(
-                T.c.id.in_(ids), T.c.claimed_by == self.c.me, T.c.state == "claimed"))} if ids else set()
+                T.c.id.in_(ids), T.c.claimed_by == self.c.me,
+                sa.or_(T.c.state == "claimed", T.c.run_id == self.c.result.run_id)))} if ids else set()
             if params:
                 conn.execute(self.stmt, params)
             upsert_many(conn, Attempt, attempts, ["trial_id", "n"])
