@@ -199,6 +199,10 @@ def test_gibbs_matches_nuts_on_a_small_structured_model():
                  tau_shape=2.0, tau_rate=8.0)
     post, dims, stats = spec.sample(draws=2000, tune=200, chains=2, random_seed=1)
     gibbs = az.from_dict({"posterior": post}, coords=spec.coords, dims=dims)
+    # the NUTS reference is built non-centred: four units with tau ~ Gamma(2, 8) put the centred
+    # build in a funnel where NUTS diverges (17 divergences on one CI platform); the posterior of
+    # (gam, al, tau, b) is the same under either parameterisation, and the Gibbs sampler ignores it
+    spec.centered = False
     with pm.Model(coords=spec.coords):
         spec.to_pymc()
         with warnings.catch_warnings():
