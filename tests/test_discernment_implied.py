@@ -30,11 +30,13 @@ def _logistic(x):
     return 1.0 / (1.0 + np.exp(-x))
 
 
-def _attach(m: DiscernmentModel, draws: int = 60, seed: int = 0, sigma: float = 1.5) -> dict:
+def _attach(m: DiscernmentModel, draws: int = 60, seed: int = 0, sigma: float = 1.5, crossed: float = 0.0) -> dict:
     """A hand-written posterior: per part, intercepts, slopes and item SDs drawn around fixed
-    values (large item SDs, so integrating u differs from setting it to 0); returns the arrays."""
+    values (large item SDs, so integrating u differs from setting it to 0); with ``crossed`` > 0
+    also the scales of a source effect and of a shared item effect (one per part and draw, around
+    ``crossed``); returns the arrays."""
     import arviz as az
-    rng = np.random.default_rng(seed)
+    rng, rng_crossed = np.random.default_rng(seed), np.random.default_rng(seed + 1)
     K = len(m.config["predictors"])
     post, dims, coords, truth = {}, {}, {"predictor": list(m.config["predictors"])}, {}
     for i, (part, spec) in enumerate(m.specs().items()):
@@ -48,6 +50,10 @@ def _attach(m: DiscernmentModel, draws: int = 60, seed: int = 0, sigma: float = 
         dims[f"{part}_slope"] = [f"{part}_group", "predictor"]
         coords[f"{part}_group"] = groups
         truth[part] = {"a": a[0], "b": b[0], "sigma": sig[0], "groups": list(groups)}
+        if crossed:
+            for name in I.CROSSED_SCALES:
+                post[f"{part}_{name}"] = crossed * np.exp(rng_crossed.normal(0, 0.2, (1, draws)))
+                truth[part].setdefault(name, post[f"{part}_{name}"][0])
         if part == "fraction":
             s = np.exp(rng.normal(-0.3, 0.2, (1, draws, G)))
             post["fraction_resid_sd"] = s
@@ -66,6 +72,9 @@ def _brute(truth: dict, group: str, X: np.ndarray, n_items: int, rng, plug_in: b
         gi = t["groups"].index(group)
         eta = (t["a"][:, gi][:, None] + np.einsum("mk,sk->sm", X, t["b"][:, gi]))[:, :, None]
         u = 0.0 if plug_in else t["sigma"][:, gi, None, None] * rng.standard_normal(eta.shape[:2] + (n_items,))
+        for name in I.CROSSED_SCALES:  # each new item comes from a new source: both effects drawn afresh
+            if name in t and not plug_in:
+                u = u + t[name][:, None, None] * rng.standard_normal(eta.shape[:2] + (n_items,))
         res[part] = eta + u
         if part == "fraction":
             res["eps"] = t["s"][:, gi, None, None] * rng.standard_normal(eta.shape[:2] + (n_items,))
@@ -131,6 +140,29 @@ def test_grid_against_monte_carlo(fitted):
     row = sub[(sub.term == "reliability") & (sub["at"] == "+1 SD")].iloc[0]
     assert row.value == pytest.approx(rel["mean"] + rel["sd"])
     assert sub[(sub.term == "reliability") & (sub["at"] == "max")].z.iloc[0] == pytest.approx(m.data.z_reliability.max())
+
+
+def test_grid_integrates_the_crossed_effects():
+    """With source and shared item effects in the posterior, the grid is for a new item from a new
+    source: it equals a Monte Carlo that draws all three effects afresh (200,000 per point), and a
+    posterior without the crossed scales (the same draws otherwise) misses that by more than the
+    tolerance (the check can fail)."""
+    df, _ = simulate(n_llm=2, n_strategy=1, n_items=20, per_item=8, seed=4)
+    m, plain = DiscernmentModel(df), DiscernmentModel(df)
+    truth = _attach(m, sigma=0.8, crossed=1.2)
+    _attach(plain, sigma=0.8)  # same seed: the same intercepts, slopes and nested item scales
+    group = sorted(m.data.group.unique())[0]
+    X = np.array([[-1.0, 0.0, 0.0], [1.0, 0.0, 0.0], [0.0, 1.0, 0.0]])[:, :len(m.config["predictors"])]
+    mc = _brute(truth, group, X, 3_500, np.random.default_rng(2))
+    gi = [sorted(m.data.group.unique()).index(group)] * len(X)
+    got = I._Posterior(m).quantities(X, np.array(gi))
+    without = I._Posterior(plain).quantities(X, np.array(gi))
+    worst_without = 0.0
+    for q in I.QUANTITIES:
+        want = mc[q].mean(0)
+        assert np.abs(got[q].mean(0) - want).max() < 0.006, (q, got[q].mean(0), want)
+        worst_without = max(worst_without, np.abs(without[q].mean(0) - want).max())
+    assert worst_without > 0.02
 
 
 def _quad_probs(truth: dict, gi_name: str, x: np.ndarray) -> dict:

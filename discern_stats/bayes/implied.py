@@ -6,7 +6,10 @@ over the posterior draws.
 For one posterior draw, a group g and a predictor vector x (z-scores; `DiscernmentModel.scales`),
 each part's linear predictor is eta_p = a_p[g] + b_p[g] . x + u_p, with a new item's effect
 u_p ~ N(0, sigma_p[g]) (the parts' item effects are independent, so expectations of products of
-parts are products of expectations). The item effect is integrated out, not set to 0:
+parts are products of expectations). The item effect is integrated out, not set to 0. With the
+crossed effects on (issue 25.2), the quantities are for a new item from a new source: u_p is then the
+sum of the nested item effect, the shared item effect and the source effect, independent normals,
+so sigma_p[g]^2 = sigma_item[g]^2 + sigma_shared_item^2 + sigma_source^2:
 
     m(x)  = E_u logistic(eta_move + u)       = P(update) = P(response != none)
     w(x)  = E_u logistic(eta_away + u)       = P(away | update)
@@ -53,6 +56,8 @@ from ..core.errors import InputError
 from .base import HDI_PROB, hdi_columns
 
 GH_NODES = 64
+# the crossed effects' scales (`DiscernmentModel` with source_effects / shared_item_effects), one per part
+CROSSED_SCALES = ("sigma_source", "sigma_shared_item")
 POOLED = "(mean over groups)"
 QUANTITIES = ("P(update)", "P(away)", "P(full)", "P(partial)", "E[f]")
 HEADLINE = ("P(update)", "E[f]")  # the quantities effects are reported for
@@ -103,6 +108,9 @@ class _Posterior:
                 sd2 = np.zeros((S, len(gi)))
                 if f"{part}_sigma_item" in post.data_vars:
                     sd2 = sd2 + model.draws(f"{part}_sigma_item")[self.idx] ** 2
+                for crossed in CROSSED_SCALES:  # a new source and a new item: their effects add
+                    if f"{part}_{crossed}" in post.data_vars:
+                        sd2 = sd2 + model.draws(f"{part}_{crossed}")[self.idx][:, None] ** 2
                 if part == "fraction" and "fraction_resid_sd" in post.data_vars:
                     sd2 = sd2 + model.draws("fraction_resid_sd")[self.idx] ** 2
                 p["sd"][:, gi] = np.sqrt(sd2)
