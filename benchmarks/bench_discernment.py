@@ -130,8 +130,9 @@ def _by_variable(m) -> None:
         {"ess_bulk": "min", "ess_tail": "min", "r_hat": "max"}).round(3).to_string(), flush=True)
 
 
-def heldout_paper_fit(source_sd: float, by_variable: bool, items: int = 344) -> None:
-    """The done-when fit of issue 25: held-out paper-scale data, the defaults, the full gate."""
+def heldout_paper_fit(source_sd: float, by_variable: bool, items: int = 344, config: dict | None = None) -> None:
+    """The done-when fit of issue 25: held-out paper-scale data, the defaults (``config`` overrides
+    them), the full gate."""
     import tempfile
 
     import discern_stats
@@ -141,11 +142,11 @@ def heldout_paper_fit(source_sd: float, by_variable: bool, items: int = 344) -> 
     print(f"held-out data: {len(df):,} trials in {time.perf_counter() - t:.0f} s", flush=True)
     with tempfile.TemporaryDirectory() as folder:
         t = time.perf_counter()
-        m = discern_stats.fit("discernment", df, folder, refit=True)
+        m = discern_stats.fit("discernment", df, folder, refit=True, **(config or {}))
         wall = time.perf_counter() - t
     d = m.diagnostics
     post = m.idata["posterior"]
-    print(json.dumps({"model": "discernment, defaults", "trials": len(df), "rows_modelled": len(m.data),
+    print(json.dumps({"model": "discernment, defaults" + (f" + {config}" if config else ""), "trials": len(df), "rows_modelled": len(m.data),
                       "chains": int(post.sizes["chain"]), "draws": int(post.sizes["draw"]), "wall_s": round(wall, 1),
                       "max_rhat": round(d["max_rhat"], 4), "min_ess_bulk": round(d["min_ess_bulk"]),
                       "min_ess_tail": round(d["min_ess_tail"]), "ok": d["ok"],
@@ -169,9 +170,11 @@ def main(argv=None) -> None:
     ap.add_argument("--heldout", action="store_true", help="only the paper-scale held-out fit with the defaults")
     ap.add_argument("--heldout-source-sd", type=float, default=0.5)
     ap.add_argument("--heldout-items", type=int, default=344, help="items of the held-out data (344: paper scale)")
+    ap.add_argument("--heldout-config", default="{}", help="model config over the defaults, as JSON, e.g. "
+                    "'{\"source_effects\": true}'")
     a = ap.parse_args(argv)
     if a.heldout:
-        heldout_paper_fit(a.heldout_source_sd, a.by_variable, a.heldout_items)
+        heldout_paper_fit(a.heldout_source_sd, a.by_variable, a.heldout_items, json.loads(a.heldout_config))
         return
     out = []
     sub, _ = simulate(n_items=a.subset_items, tau=a.tau, seed=1)

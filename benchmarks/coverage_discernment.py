@@ -135,8 +135,8 @@ def main(argv=None) -> None:
         so_far = pd.concat(rows)
         so_far = so_far[so_far.level == "group"].hit.mean()
         print(f"rep {r + 1}/{a.reps}: {len(m.data):,} rows, {wall:.1f} s, gate "
-              f"{'passed' if d['ok'] else 'FAILED: ' + '; '.join(d['problems'])}; nuisance: "
-              f"{'; '.join(nu.get('problems') or []) or 'ok'}; group coverage so far "
+              f"{'passed' if d['ok'] else 'FAILED: ' + '; '.join(d['problems'])}"
+              f"{'' if any(p.startswith('nuisance') for p in d['problems']) else '; nuisance: ok'}; group coverage so far "
               f"{so_far:.3f}; scale diff {worst:.1e}", flush=True)
     allr = pd.concat(rows, ignore_index=True)
     tab = report(allr)

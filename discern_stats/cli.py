@@ -489,7 +489,8 @@ def demo_cmd(out: Path = typer.Option(Path("demo_out"), "--out", help="folder fo
              fit: bool = typer.Option(True, "--fit/--no-fit", help="fit the three Bayesian models"),
              report: bool = typer.Option(True, "--report/--no-report", help="render the report"),
              draws: int = typer.Option(1000, "--draws", min=1, help="posterior draws per chain (NUTS also tunes for as many "
-                                       "steps; the discernment model takes twice as many); `fit` has the same defaults"),
+                                       "steps; the discernment model takes 4 times as many, its draws_factor); `fit` has the "
+                                       "same defaults"),
              chains: int = typer.Option(FIT_CHAINS, "--chains", min=1, help="chains (the same default as `fit`)"),
              sensitivity: bool = typer.Option(False, "--sensitivity/--no-sensitivity", help="also fit the discernment "
                                               "model under the other scale priors (saved; the report's prior "

@@ -223,6 +223,9 @@ def test_every_command_has_help_with_example():
     for p in paths:
         r = runner.invoke(app, p + ["--help"])
         assert r.exit_code == 0 and "Example" in r.output, p
+    from discern_stats.bayes import DiscernmentModel
+    draws_help = next(o.help for o in cmd.commands["demo"].params if o.name == "draws")
+    assert f"the discernment model takes {DiscernmentModel.draws_factor} times as many" in draws_help, draws_help
 
 
 def test_reimport_with_a_changed_truth_or_reliability_is_refused_and_changes_nothing(sqlite_url, tmp_path):
