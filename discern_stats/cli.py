@@ -508,12 +508,25 @@ def demo_cmd(out: Path = typer.Option(Path("demo_out"), "--out", help="folder fo
         console.print(f"[bold]report:[/] {files['report']}")
 
 
+def _json_object_option(text: Optional[str], flag: str) -> dict:
+    """A command-line option holding a JSON object ({} when not given); anything else is one line."""
+    if text is None:
+        return {}
+    try:
+        value = json.loads(text)
+    except json.JSONDecodeError as e:
+        raise InputError(f"{flag}: not valid JSON ({e.msg} at character {e.pos}): {text!r}") from None
+    if not isinstance(value, dict):
+        raise InputError(f"{flag}: expected a JSON object such as '{{\"strategy_effects\": true}}', got {text!r}")
+    return value
+
+
 @app.command("fit")
 @user_errors
 def fit_cmd(model: str = typer.Argument(..., help="cue, discernment or intervention"),
             models_dir: Path = typer.Option(Path("models"), "--models", help="folder for the saved posterior + manifest"),
-            draws: Optional[int] = typer.Option(None, "--draws", min=1, help="posterior draws per chain (default 1000; "
-                                                "the discernment model 2000), as the demo"),
+            draws: Optional[int] = typer.Option(None, "--draws", min=1, help="posterior draws per chain (default 1000 "
+                                                "x the model's draws_factor: the discernment model 4000), as the demo"),
             tune: Optional[int] = typer.Option(None, "--tune", min=0, help="NUTS warm-up (default 1000) or Gibbs burn-in "
                                                "(default 200)"),
             chains: int = typer.Option(FIT_CHAINS, "--chains", min=1, help="chains (the demo's default too, so a `fit` "
@@ -522,25 +535,30 @@ def fit_cmd(model: str = typer.Argument(..., help="cue, discernment or intervent
                                                   "Gibbs samplers), nutpie, pymc, numpyro or blackjax (NUTS)"),
             seed: int = typer.Option(0, "--seed"),
             refit: bool = typer.Option(False, "--refit", help="fit even when a saved fit matches the data"),
+            config: Optional[str] = typer.Option(None, "--config", help="model options over the defaults, as a JSON "
+                                                 "object, e.g. '{\"strategy_effects\": true}' (a saved fit is "
+                                                 "reused only under the same options)"),
             db: Optional[str] = DbOpt) -> None:
     """Fit a hierarchical Bayesian model and save it to the models folder (netCDF + manifest).
 
     A saved fit whose data hash and spec match is reused, never refitted, unless --refit.
 
     Example: `discern-stats fit cue --draws 1000 --chains 2 --models models`
-    (or `discern-stats fit cue --sampler nutpie` to sample the PyMC model by NUTS)
+    (or `discern-stats fit cue --sampler nutpie` to sample the PyMC model by NUTS;
+    `discern-stats fit discernment --config '{"strategy_effects": true}'` for model options)
     """
     import warnings
     from .bayes import DESIGN_OF, MODELS, fit as fit_model
     if model not in MODELS:
         raise InputError(f"unknown model {model!r}; expected one of {', '.join(MODELS)}")
+    options = _json_object_option(config, "--config")
     df = _finished_trials(db, DESIGN_OF[model])
     if draws is None:
         draws = 1000 * MODELS[model].draws_factor  # the demo's draws (a model that needs more for its gate says so)
     fit_kwargs = {"draws": draws, "tune": tune, "chains": chains, "sampler": sampler, "random_seed": seed}
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
-        m = fit_model(model, df, models_dir, refit=refit, fit_kwargs=fit_kwargs)
+        m = fit_model(model, df, models_dir, refit=refit, fit_kwargs=fit_kwargs, **options)
     if m.reused:
         console.print(m.reuse_note, soft_wrap=True)
     else:

@@ -71,3 +71,44 @@ def test_refit_fits_and_saves_through_the_one_fit_function(monkeypatch, tmp_path
     r = CliRunner().invoke(cli.app, ["fit", "cue", "--models", str(tmp_path), "--refit", "--draws", "9"])
     assert isinstance(r.exception, Stop), r.output
     assert seen["draws"] == 9 and seen["saved"] == str(tmp_path)
+
+
+def _fit_config(monkeypatch, tmp_path, model: str, argv: list[str]):
+    """The model options `discern-stats fit MODEL ...` hands to fit_or_load, and the CLI result."""
+    from typer.testing import CliRunner
+    seen = {}
+
+    class Recorded(Exception):
+        pass
+
+    def record(cls, df, folder, fit_kwargs=None, **config):
+        seen.update(config)
+        raise Recorded
+
+    monkeypatch.setattr(cli, "_finished_trials", lambda db, design: None)
+    monkeypatch.setattr(MODELS[model], "fit_or_load", classmethod(record))
+    r = CliRunner().invoke(cli.app, ["fit", model, "--models", str(tmp_path), *argv])
+    return seen, r
+
+
+def test_config_option_reaches_the_model(monkeypatch, tmp_path):
+    """`fit --config JSON` passes the object's keys as model options (nothing else without it)."""
+    seen, r = _fit_config(monkeypatch, tmp_path, "discernment",
+                          ["--config", '{"strategy_effects": true, "source_effects": true}'])
+    assert seen == {"strategy_effects": True, "source_effects": True}, r.output
+    seen, r = _fit_config(monkeypatch, tmp_path, "discernment", [])
+    assert seen == {}, r.output
+
+
+@pytest.mark.parametrize("text, why", [("{strategy_effects: true}", "--config: not valid JSON"),
+                                       ('["strategy_effects"]', "--config: expected a JSON object"),
+                                       ('{"no_such_option": 1}', "unknown option(s) ['no_such_option']")])
+def test_bad_config_is_one_line_and_exit_2(monkeypatch, tmp_path, text, why):
+    """Bad --config: one line naming the problem, exit 2, no traceback, nothing written."""
+    from typer.testing import CliRunner
+    monkeypatch.setattr(cli, "_finished_trials", lambda db, design: None)
+    r = CliRunner().invoke(cli.app, ["fit", "discernment", "--models", str(tmp_path / "m"), "--config", text])
+    assert r.exit_code == 2, r.output
+    assert why in r.output and "Traceback" not in r.output
+    assert len([ln for ln in r.output.strip().splitlines() if ln.strip()]) == 1, r.output
+    assert not (tmp_path / "m").exists()

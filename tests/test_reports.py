@@ -458,4 +458,8 @@ def test_discernment_page_shows_the_model_section(rendered):
     assert "pp per −1 → +1 SD" in text and "Correct defense, %" in text and "CD (observed)" in text
     assert "Prior predictive check of the discernment model" in text
     assert "Prior sensitivity of the discernment model" in text
+    from discern_stats.bayes import DiscernmentModel  # the implied table says what it integrated out
+    crossed = DiscernmentModel.default_config["source_effects"]
+    assert ("integrated over their distribution (a new item from a new source)" if crossed
+            else "integrated over their distribution (a new item)") in text
     assert "away from claim (f < 0)" in text and "past claim (f > 1)" in text  # the away split, counted

@@ -351,3 +351,52 @@ def test_pymc_build_is_the_structured_model(centered):
         mean = post["gam"][:, :, strat] + post["al"][:, :, llm]
         assert dims["z"] == ["g", "k"]
         assert np.allclose(mean + post["tau"][:, :, None] * post["z"], post["b"])
+
+
+class _StubContext:
+    """What `report.tables.strategy_effects_*` read of a ReportContext: the saved fit and its tables."""
+
+    def __init__(self, m):
+        self.m = m
+
+    def has(self, design):
+        return True
+
+    def model(self, kind):
+        return self.m
+
+    def fit_table(self, kind, name, compute, model=None, stem=None):
+        return compute(self.m)
+
+
+def test_report_table_of_strategy_effects():
+    """The report's strategy-effects table: one row per part x strategy against zero-shot, each cell
+    the `strategy_contrasts` mean [94% HDI] of that term; a fit without strategy effects, or data
+    without a zero-shot arm, gives a note naming the command that fits them."""
+    from discern_stats.report import tables as T
+    df, _ = simulate(n_llm=2, n_strategy=3, n_items=5, per_item=4, seed=4)
+    m = DiscernmentModel(df, strategy_effects=True)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        m.fit(draws=20, tune=10, chains=2)
+    f = T.strategy_effects_frame(_StubContext(m))
+    t = m.strategy_contrasts()
+    parts = list(dict.fromkeys(t.part))
+    assert len(f) == 2 * len(parts) and set(f.contrast) == {
+        f"{T.STRATEGY_LABELS[s]} − {T.STRATEGY_LABELS['zero-shot']}" for s in ("CoT", "Reliability")}
+    assert list(dict.fromkeys(f.part)) == [T.DISCERNMENT_PARTS[p] for p in parts]
+    want = t[(t.part == parts[0]) & (t.strategy == "Reliability") & (t.term == "popularity - reliability")].iloc[0]
+    row = f[(f.part == T.DISCERNMENT_PARTS[parts[0]]) & (f.contrast.str.startswith(T.STRATEGY_LABELS["Reliability"]))].iloc[0]
+    assert row["popularity - reliability"] == T._ci(want["mean"], want.hdi_lo, want.hdi_hi, 2)
+    assert row["P(pop. − rel. > 0)"] == f"{want.p_positive:.2f}"
+    assert "effects on the slopes, against zero-shot" in T.strategy_effects_table(_StubContext(m)).as_raw_html()
+    off = DiscernmentModel(df)
+    off.idata = m.idata
+    note = T.strategy_effects_table(_StubContext(off)).html
+    assert "this fit has no strategy effects" in note and "--config" in note
+    no_zero = df[df.strategy != "zero-shot"]
+    m2 = DiscernmentModel(no_zero, strategy_effects=True)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        m2.fit(draws=10, tune=5, chains=1)
+    assert "no zero-shot arm" in T.strategy_effects_table(_StubContext(m2)).html

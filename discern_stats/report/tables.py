@@ -935,6 +935,12 @@ def implied_table(ctx: ReportContext) -> GT:
     if df.empty:
         return _HTML(f"<p>No saved discernment fit ({ctx.model_error('discernment')}).</p>")
     flag = fit_flag(ctx, "discernment")
+    c = ctx.model("discernment").config
+    crossed = [w for on, w in ((c.get("shared_item_effects"), "the item effect shared by every group"),
+                               (c.get("source_effects"), "the source effect")) if on]
+    integrated = ("The LLM × item effects" + (f" and {' and '.join(crossed)}" if crossed else "")
+                  + " are integrated over their distribution (a new item"
+                  + (" from a new source" if c.get("source_effects") else "") + "), not set to 0.")
     t = _gt(df, rowname_col="LLM", groupname_col="strategy").tab_header(
         "The discernment model on the paper's scale (posterior mean [94% HDI]) beside the frequentist metrics",
         flag or "converged (R-hat ≤ 1.01, ESS ≥ 400)")
@@ -951,8 +957,7 @@ def implied_table(ctx: ReportContext) -> GT:
         "claim or past it counted 0 (the model does not describe its size). Each column: the change when the "
         "predictor goes from 1 SD below to 1 SD above its mean (over the distinct sources), the others at their "
         "mean, in percentage points; pop. − rel. = the popularity change minus the reliability change (> 0: "
-        "popularity moves the LLM more). The LLM × item effects are integrated over their distribution (a new "
-        "item), not set to 0. Correct defense, model: P(no move) over the group's posteriors with a correct prior "
+        f"popularity moves the LLM more). {integrated} Correct defense, model: P(no move) over the group's posteriors with a correct prior "
         "and a wrong claim, at their own predictors; CD (observed): the share of those that stayed correct, with "
         "the crossed-design interval. SD and TD as in the main table. Mean over groups: the unweighted mean of the "
         "groups' quantities (per posterior draw).")
@@ -1039,6 +1044,57 @@ def sensitivity_table(ctx: ReportContext) -> GT:
                              "model-implied changes as in the table above, the unweighted mean over these groups (narrower "
                              "than μ's, which carries the uncertainty of groups not seen). "
                              "Conclusions that hold under every prior do not rest on the choice of τ's prior."))
+
+
+def strategy_effects_frame(ctx: ReportContext) -> pd.DataFrame:
+    """Each prompt strategy's effect on the reliability and popularity slopes and on their
+    difference, against zero-shot (`DiscernmentModel.strategy_contrasts`), one row per part x
+    strategy; empty when the saved fit has no strategy effects or no zero-shot arm."""
+    m = ctx.model("discernment")
+    if m is None or not m.config.get("strategy_effects"):
+        return pd.DataFrame()
+    try:
+        t = ctx.fit_table("discernment", "strategy_contrasts",
+                          lambda mm: mm.strategy_contrasts(baseline=STRATEGIES[0]))
+    except InputError:  # the data have no zero-shot arm to compare with
+        return pd.DataFrame()
+    t = t[t.term.isin(list(IMPLIED_TERMS))]
+    rows = []
+    order = {s: i for i, s in enumerate(STRATEGIES)}
+    for (part, strat), g in sorted(t.groupby(["part", "strategy"]), key=lambda kv: (list(DISCERNMENT_PARTS).index(kv[0][0]),
+                                                                                    order.get(kv[0][1], 99))):
+        e = g.set_index("term")
+        rows.append({"part": DISCERNMENT_PARTS.get(part, part),
+                     "contrast": f"{STRATEGY_LABELS.get(strat, strat)} − {STRATEGY_LABELS.get('zero-shot', 'zero-shot')}",
+                     **{k: _ci(*e.loc[k, ["mean", "hdi_lo", "hdi_hi"]], 2) for k in IMPLIED_TERMS if k in e.index},
+                     "P(pop. − rel. > 0)": (f"{e.loc['popularity - reliability', 'p_positive']:.2f}"
+                                            if "popularity - reliability" in e.index else "–")})
+    return pd.DataFrame(rows)
+
+
+@needs("l2d")
+def strategy_effects_table(ctx: ReportContext) -> "GT | _HTML | None":
+    m = ctx.model("discernment")
+    if m is None:
+        return None
+    df = strategy_effects_frame(ctx)
+    if df.empty:
+        why = ("this fit has no strategy effects" if not m.config.get("strategy_effects")
+               else "the data have no zero-shot arm to compare with")
+        return _HTML(f"<p><b>Strategy effects:</b> {why}; fit the discernment model with "
+                     "<code>strategy_effects=True</code> (<code>discern-stats fit discernment --config "
+                     "'{\"strategy_effects\": true}'</code>) to estimate each prompt strategy's effect on the slopes "
+                     "with an interval.</p>")
+    flag = fit_flag(ctx, "discernment")
+    return (_gt(df, rowname_col="contrast", groupname_col="part")
+            .tab_header("Prompt strategies' effects on the slopes, against zero-shot (posterior mean [94% HDI])",
+                        flag or "converged (R-hat ≤ 1.01, ESS ≥ 400)")
+            .cols_label(cases={k: v for k, v in IMPLIED_TERMS.items()})
+            .tab_source_note("Each strategy's slope averaged over the LLMs minus zero-shot's, in log-odds (fraction: "
+                             "logit) per SD of the predictor; the LLM × strategy interaction is the noise of each "
+                             "contrast. pop. − rel.: the strategy's effect on the popularity − reliability difference "
+                             "(< 0: the strategy moves the LLMs toward weighing reliability more). The HDIs are per "
+                             "cell, not adjusted across strategies or parts."))
 
 
 def responses_frame(ctx: ReportContext) -> pd.DataFrame:
