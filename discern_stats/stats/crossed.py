@@ -24,8 +24,8 @@ V = V_item + V_source - V_item∩source, with two choices that make it usable he
   max(0, var(rep_source) - var(rep_cell)). It is a variance component, not a percentile, so
   ``SOURCE_RESAMPLES`` = 1,000 resamples of each kind suffice (Monte Carlo error of about 2 % of
   the SE).
-  - Spearman rhos: the rho of (x's mid-ranks less their item levels, y) on both resample sets,
-    rescaled by sd(adjusted ranks) / sd(ranks) to the scale of the statistic.
+  - Spearman rhos: linear terms too, the derivative of rho with respect to each row's weight
+    (`spearman.spearman_influence`, exact in O(n log n)), less their item levels, like a ratio's.
   - Ratio statistics sum(num) / sum(den): the linear terms ψ_r = (num_r - θ den_r) / Σ den less
     their item levels, summed per source and per cell; replicate = Σ W[b, c] ψ_c.
   - Pair statistics whose pairs span two sources (the reliability propensity: pairs within one
@@ -61,7 +61,7 @@ from scipy import stats as sps
 
 from .bootstrap import resample_counts  # noqa: F401 (kept importable here)
 from .ranks import remember
-from .spearman import cluster_spearman
+from .spearman import spearman_influences
 
 SOURCE_SEED_OFFSET, CELL_SEED_OFFSET = 7919, 104729  # the source and cell resamples get seeds of their own
 SOURCE_RESAMPLES = 1000
@@ -232,23 +232,40 @@ def ratio_linear_terms(num: np.ndarray, den: np.ndarray, ix: CrossedIndex, membe
 
 def ratio_source_replicates_many(nums: list[np.ndarray], dens: list[np.ndarray], ix: CrossedIndex,
                                  members: list[int]) -> tuple[np.ndarray, np.ndarray]:
-    """(rep_source, rep_cell), B_s x m, of m ratios at once: their linear terms summed per source and
-    per cell, then one product with each resample matrix (W_source, W_cells are read once, not m times)."""
+    """(rep_source, rep_cell), B_s x m, of m ratios at once (`linear_replicates` of their linear terms)."""
     psi = [ratio_linear_terms(np.asarray(n, float), np.asarray(d, float), ix, k) for n, d, k in zip(nums, dens, members)]
+    return linear_replicates(psi, ix)
+
+
+def linear_replicates(psi: list[np.ndarray], ix: CrossedIndex) -> tuple[np.ndarray, np.ndarray]:
+    """(rep_source, rep_cell), B_s x m: per-row linear terms summed per source and per cell, then one
+    product with each resample matrix (W_source, W_cells are read once, not m times):
+    replicate b = sum_c W[b, c] psi_c."""
     by_source = np.column_stack([np.bincount(ix.source, p, minlength=ix.n_sources) for p in psi])
     by_cell = np.column_stack([np.bincount(ix.cell, p, minlength=ix.n_cells) for p in psi])
     return ix.W_source @ by_source, ix.W_cells @ by_cell
 
 
-def spearman_source_replicates(x: np.ndarray, ys: list[np.ndarray], ix: CrossedIndex) -> tuple[np.ndarray, np.ndarray]:
-    """(rep_source (B_s x k), rep_cell (B_s x k)) of rho(x, y_k): the rho of x's mid-ranks less their
-    item levels (`remove_item_levels`), with sources resampled and with cells resampled, rescaled by
-    sd(adjusted rank) / sd(rank) to the scale of rho(x, y)."""
-    r = sps.rankdata(x)
-    rc = remove_item_levels(r - r.mean(), ix.item, ix.source, cell=ix.cell)
-    scale = np.sqrt(rc.var() / r.var()) if r.var() > 0 else 0.0
-    return (cluster_spearman(rc, ys, ix.source, ix.W_source) * scale,
-            cluster_spearman(rc, ys, ix.cell, ix.W_cells) * scale)
+def spearman_linear_terms(x: np.ndarray, ys: list[np.ndarray], ix: CrossedIndex) -> list[np.ndarray]:
+    """Per-row linear terms of rho(x, y_k) for the source term: d rho / d w_r
+    (`spearman.spearman_influences`), less their item levels (`remove_item_levels`), as for a ratio."""
+    _, psis = spearman_influences(x, ys)
+    return [remove_item_levels(p, ix.item, ix.source, cell=ix.cell) if np.all(np.isfinite(p)) else p for p in psis]
+
+
+def spearman_source_replicates(x: np.ndarray, ys: list[np.ndarray], ix: CrossedIndex,
+                               pair: tuple[int, int] | None = None) -> tuple[np.ndarray, np.ndarray]:
+    """(rep_source (B_s x k), rep_cell (B_s x k)) of rho(x, y_k), and with ``pair=(i, j)`` a last column
+    for rho(y_i, y_j): `linear_replicates` of the rhos' linear terms (`spearman_linear_terms`).
+
+    The linear terms replace re-ranking each of the 2 x 1,000 source and cell resamples (the
+    previous form: the rho of x's mid-ranks less their item levels, rescaled), which was a third of
+    the crossed suite's time and over-covered rho(Delta, popularity) (0.97-0.998, BENCHMARKS.md);
+    the ratios' source terms were linear already."""
+    psi = spearman_linear_terms(x, ys, ix)
+    if pair is not None:
+        psi += spearman_linear_terms(ys[pair[0]], [ys[pair[1]]], ix)
+    return linear_replicates(psi, ix)
 
 
 def source_variance(rep_source: np.ndarray, rep_cell: np.ndarray) -> float:

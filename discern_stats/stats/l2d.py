@@ -310,10 +310,7 @@ def _rho_replicates(xo: np.ndarray, ylive: list[np.ndarray], ix: CrossedIndex, W
     if W is not None and method == "bca":
         jack = cluster_spearman(xo, ylive, ix.item, np.ones((n_cl, n_cl)) - np.eye(n_cl), pair=fused)
     if W is not None and method == "crossed":
-        reps = spearman_source_replicates(xo, ylive, ix)
-        if pair_pos is not None:  # the pair's source term: its first y net of item levels
-            extra = spearman_source_replicates(ylive[pair_pos[0]], [ylive[pair_pos[1]]], ix)
-            reps = (np.column_stack([reps[0], extra[0]]), np.column_stack([reps[1], extra[1]]))
+        reps = spearman_source_replicates(xo, ylive, ix, pair=pair_pos)
     return rho, jack, reps
 
 

@@ -1,6 +1,7 @@
 """Spearman's rank correlation on cluster-bootstrap resamples: the weighted form (`weighted_spearman`,
 a B x n weight matrix) and the O(n)-per-resample form (`cluster_spearman`) whose compiled kernel is
-`spearman_lanes.rank_sums`; a plain-Python reference kernel checks both."""
+`spearman_lanes.rank_sums`; a plain-Python reference kernel checks both. `spearman_influence`: the
+derivative of rho with respect to each row's weight (the linear terms of the crossed source term)."""
 
 from __future__ import annotations
 
@@ -39,6 +40,60 @@ def weighted_spearman(x: np.ndarray, y: np.ndarray, w: np.ndarray) -> np.ndarray
     cov = (w * dx * dy).sum(axis=1)
     with np.errstate(invalid="ignore", divide="ignore"):
         return cov / np.sqrt((w * dx * dx).sum(axis=1) * (w * dy * dy).sum(axis=1))
+
+
+def _signed_sums(v: np.ndarray, codes: np.ndarray, n_levels: int) -> np.ndarray:
+    """For each row k: sum_i sgn(z_i - z_k) v_i (rows above k's value minus rows below), where
+    ``codes`` are the dense ranks of z (ties share a code): prefix sums over the tie groups."""
+    s = np.bincount(codes, v, minlength=n_levels)
+    upto = np.cumsum(s)
+    below = upto[codes] - s[codes]
+    above = upto[-1] - upto[codes] if n_levels else upto[codes]
+    return above - below
+
+
+def spearman_influence(x: np.ndarray, y: np.ndarray) -> tuple[float, np.ndarray]:
+    """(rho, psi): Spearman's rho and, per row k, psi_k = d rho / d w_k at w = 1, the derivative of
+    the rho of the data with row k repeated w_k times (mid-ranks of the expanded data).
+
+    With row weights w the centred mid-ranks are a_i = (1/2) sum_j w_j sgn(x_i - x_j) (and b_i for
+    y), linear in w, so S_xy = sum_i w_i a_i b_i is cubic and rho = S_xy / sqrt(S_xx S_yy) is
+    homogeneous of degree 0 (sum_k psi_k = 0). Differentiating,
+    dS_xy/dw_k = a_k b_k + (1/2) [sum_i sgn(x_i - x_k) b_i + sum_i sgn(y_i - y_k) a_i],
+    dS_xx/dw_k = a_k^2 + sum_i sgn(x_i - x_k) a_i (likewise S_yy), and
+    psi_k = dS_xy_k / sqrt(S_xx S_yy) - rho (dS_xx_k / S_xx + dS_yy_k / S_yy) / 2.
+    O(n log n): each signed sum is a prefix sum over the sorted tie groups. The linear term of a
+    cluster is the sum of its rows' psi: rho(counts) - rho ~ sum_c psi_c (count_c - 1), which the
+    crossed source term uses in place of re-ranking every source resample (`crossed`).
+    Not finite (NaN) where x or y is constant.
+    """
+    (rho,), (psi,) = spearman_influences(x, [y])
+    return rho, psi
+
+
+def spearman_influences(x: np.ndarray, ys: list[np.ndarray]) -> tuple[list[float], list[np.ndarray]]:
+    """`spearman_influence` of (x, y_k) for each k, x's ranks and its own terms computed once."""
+    x = np.asarray(x, float)
+    ux, cx = np.unique(x, return_inverse=True)
+    a = -0.5 * _signed_sums(np.ones(len(x)), cx, len(ux))  # sum_j sgn(x_k - x_j) / 2: the centred mid-rank
+    sxx = a @ a
+    d_xx = a * a + _signed_sums(a, cx, len(ux))
+    rhos, psis = [], []
+    for y in ys:
+        uy, cy = np.unique(np.asarray(y, float), return_inverse=True)
+        b = -0.5 * _signed_sums(np.ones(len(x)), cy, len(uy))
+        syy, sxy = b @ b, a @ b
+        den = np.sqrt(sxx * syy)
+        if not den > 0:
+            rhos.append(np.nan)
+            psis.append(np.full(len(x), np.nan))
+            continue
+        rho = sxy / den
+        d_xy = a * b + 0.5 * (_signed_sums(b, cx, len(ux)) + _signed_sums(a, cy, len(uy)))
+        d_yy = b * b + _signed_sums(b, cy, len(uy))
+        rhos.append(float(rho))
+        psis.append(d_xy / den - 0.5 * rho * (d_xx / sxx + d_yy / syy))
+    return rhos, psis
 
 
 def _cluster_spearman_kernel_py(W, size, ix, ox, gx, iys, oys, gys, goff, out):  # noqa: ANN001 - numba-compatible
