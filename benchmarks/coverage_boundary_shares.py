@@ -66,9 +66,9 @@ def main() -> None:
         res = {"old": [], "new": []}
         for s in range(a.sets):
             g = prepare(make_trials(rng, a.items, a.pool, q), keep_invalid=True)
-            st = _group_stats(g, n_resamples=500, seed=s, method="crossed", source_resamples=500)["CD"]
+            st = _group_stats(g, n_resamples=500, seed=s, method="crossed")["CD"]
             b = st["boot"][np.isfinite(st["boot"])]
-            vi, vs = b.var(ddof=1), source_variance(st["rep_source"], st["rep_cell"])
+            vi, vs = b.var(ddof=1), source_variance(st["source_term"])
             est, se = st["estimate"], np.sqrt(vi + vs)
             res["old"].append((max(0.0, est - 1.96 * se), min(1.0, est + 1.96 * se)))
             items, sources = st["clusters"]

@@ -77,14 +77,14 @@ def make_trials(rng: np.random.Generator, n_items: int, pool: dict) -> pd.DataFr
                          "prior": p1, "posterior": np.where(valid, P2, np.nan), "valid": valid})
 
 
-def components(df: pd.DataFrame, resamples: int, source_resamples: int, seed: int) -> dict[str, tuple]:
-    """metric -> (estimate, item-bootstrap variance, source term, items, sources, n, var(rep_source),
-    var(rep_cell)) from the package (n: the statistic's count, e.g. pairs of a propensity: the Wilson
-    interval's size cap; the two replicate variances whose difference is the source term)."""
+def components(df: pd.DataFrame, resamples: int, seed: int) -> dict[str, tuple]:
+    """metric -> (estimate, item-bootstrap variance, source term, items, sources, n, var_source,
+    var_cell) from the package (n: the statistic's count, e.g. pairs of a propensity: the Wilson
+    interval's size cap; the two resampling variances whose difference is the source term)."""
     from discern_stats.stats.crossed import source_variance
     from discern_stats.stats.l2d import _group_stats, prepare
     g = prepare(df, keep_invalid=True)
-    st = _group_stats(g, n_resamples=resamples, seed=seed, method="crossed", source_resamples=source_resamples)
+    st = _group_stats(g, n_resamples=resamples, seed=seed, method="crossed")
     out = {}
     for m in METRICS:
         s = st[m]
@@ -92,19 +92,18 @@ def components(df: pd.DataFrame, resamples: int, source_resamples: int, seed: in
             out[m] = (s["estimate"], np.nan, np.nan, df.item_id.nunique(), df.source.nunique(), s["n"], np.nan, np.nan)
             continue
         b = s["boot"][np.isfinite(s["boot"])]
-        out[m] = (s["estimate"], b.var(ddof=1), source_variance(s["rep_source"], s["rep_cell"]),
+        out[m] = (s["estimate"], b.var(ddof=1), source_variance(s["source_term"]),
                   df.item_id.nunique(), df.source.nunique(), s["n"], *replicate_variances(s))
     return out
 
 
 def replicate_variances(s: dict) -> tuple[float, float]:
-    """(var(rep_source), var(rep_cell)) of one statistic (finite replicates, ddof 1)."""
-    rs, rc = s["rep_source"][np.isfinite(s["rep_source"])], s["rep_cell"][np.isfinite(s["rep_cell"])]
-    return float(rs.var(ddof=1)), float(rc.var(ddof=1))
+    """(var_source, var_cell) of one statistic (closed form, `crossed.SourceTerm`)."""
+    return float(s["source_term"].var_source), float(s["source_term"].var_cell)
 
 
 def truths(rng: np.random.Generator, sd: float, corr: bool, items: int, pool: int, draws: int = 6) -> np.ndarray:
-    vals = np.array([[v[0] for v in components(make_trials(rng, items, make_pool(rng, pool, sd, corr)), 0, 0, 0)
+    vals = np.array([[v[0] for v in components(make_trials(rng, items, make_pool(rng, pool, sd, corr)), 0, 0)
                       .values()] for _ in range(draws)])
     return vals
 
@@ -125,7 +124,7 @@ def run(args: argparse.Namespace) -> None:
             rows = []
             for s in range(args.sets):
                 df = make_trials(rng, args.items, make_pool(rng, G, sd, corr))
-                comp = components(df, args.resamples, args.source_resamples, s)
+                comp = components(df, args.resamples, s)
                 rows.append([comp[m] for m in METRICS])
             res[f"sets|{name}|{G}"] = np.array(rows, float)  # sets x metrics x 5
             print(f"SD {name}, pool {G}: {args.sets} sets in {time.time() - t0:.0f} s", flush=True)
@@ -220,7 +219,6 @@ def main() -> None:
     ap.add_argument("--sets", type=int, default=300)
     ap.add_argument("--items", type=int, default=100)
     ap.add_argument("--resamples", type=int, default=500)
-    ap.add_argument("--source-resamples", type=int, default=500)
     ap.add_argument("--truth-items", type=int, default=3000)
     ap.add_argument("--truth-pool", type=int, default=3000)
     ap.add_argument("--seed", type=int, default=24)

@@ -102,7 +102,7 @@ def test_rated_reliability_rhos_in_one_pass_or_two():
             sps.spearmanr(d.delta, d.rated_reliability).statistic, abs=1e-9)
         assert got.loc["rho_rhat_R", "lo"] < got.loc["rho_rhat_R", "estimate"] < got.loc["rho_rhat_R", "hi"]
     d = prepare(df[df.llm == "m1"])
-    ix = l2d_mod.CrossedIndex.build(d.item_id, d.source, 200, 0)
+    ix = l2d_mod.CrossedIndex.build(d.item_id, d.source)
     W = resample_counts(ix.n_items, 300, 0)
     rh, rel = d.rated_reliability.to_numpy(), d.reliability.to_numpy()
     for method in ("percentile", "crossed"):
@@ -110,9 +110,11 @@ def test_rated_reliability_rhos_in_one_pass_or_two():
                                    pair=("rho_rhat_R", 1, 0))["rho_rhat_R"]
         alone = l2d_mod._rho_stats(["rho_rhat_R"], rh, [rel], W, ix, method)["rho_rhat_R"]
         assert fused["estimate"] == pytest.approx(alone["estimate"], abs=1e-12)
-        keys = ("boot", "rep_source", "rep_cell") if method == "crossed" else ("boot",)
-        for key in keys:
-            assert np.allclose(fused[key], alone[key], atol=1e-12)
+        assert np.allclose(fused["boot"], alone["boot"], atol=1e-12)
+        if method == "crossed":
+            for a, b in ((fused["source_term"].source_sums, alone["source_term"].source_sums),
+                         (fused["source_term"].var_cell, alone["source_term"].var_cell)):
+                assert np.allclose(a, b, atol=1e-15)
 
 
 def test_fenwick_python_and_compiled_agree_with_ties():
@@ -382,18 +384,19 @@ def test_all_strategies_propensity_pairs_within_one_strategy():
 
 
 def test_crossed_source_term_equals_brute_force_covariance():
-    """The source term of a ratio statistic: var(rep_source) - var(rep_cell) estimates
+    """The source term of a ratio statistic: var_source - var_cell is
     sum_j sum_{i != i'} psi_ij psi_i'j, the covariance of cells that share a source but not an item,
     of the linear terms less their item levels. The item levels are checked against a weighted
     least-squares fit with item and source dummies (numpy lstsq), the covariance against a double
-    loop (expectation over multinomial resamples: var of sum_c W_c a_c = sum a_c^2 - (sum a_c)^2 / K)."""
-    from discern_stats.stats.crossed import CrossedIndex, ratio_source_replicates, remove_item_levels
+    loop, and each closed-form resampling variance against 20,000 multinomial resamples drawn here
+    (numpy's multinomial: var of sum_c W_c a_c over resamples)."""
+    from discern_stats.stats.crossed import CrossedIndex, ratio_source_terms, remove_item_levels, source_variance
     rng = np.random.default_rng(3)
     n = 600
     item, source = rng.integers(0, 40, n), rng.integers(0, 15, n)
     num, den = (rng.random(n) < 0.3 + 0.02 * source).astype(float), rng.integers(1, 3, n).astype(float)
-    ix = CrossedIndex.build(item, source, 20000, 1)
-    rs, rc = ratio_source_replicates(num, den, ix)
+    ix = CrossedIndex.build(item, source)
+    (term,) = ratio_source_terms([num], [den], ix, [1])
     theta = num.sum() / den.sum()
     psi = (num - theta * den) / den.sum()
     w = den / den.sum()
@@ -411,12 +414,12 @@ def test_crossed_source_term_equals_brute_force_covariance():
         for (i2, j2), b in cell_sum.items():
             if j == j2 and i != i2:
                 cross += a * b
+    assert source_variance(term) == pytest.approx(cross, rel=1e-9, abs=1e-15)
     per_source = np.bincount(source, adjusted, minlength=15)
-    K, C = 15, len(cell_sum)
-    expect_s = (per_source ** 2).sum() - per_source.sum() ** 2 / K
-    expect_c = sum(v * v for v in cell_sum.values()) - sum(cell_sum.values()) ** 2 / C
-    assert expect_s - expect_c == pytest.approx(cross, rel=1e-9, abs=1e-15)
-    assert rs.var() - rc.var() == pytest.approx(cross, rel=0.1)  # 20,000 resamples: Monte Carlo error
+    cells = np.array(list(cell_sum.values()))
+    for sums, closed in ((per_source, term.var_source), (cells, term.var_cell)):
+        W = rng.multinomial(len(sums), np.full(len(sums), 1 / len(sums)), size=20000)
+        assert (W @ sums).var() == pytest.approx(closed, rel=0.05)  # Monte Carlo error about 1 %
 
 
 def test_averaged_order_effect_hand_worked_with_unequal_invalid_rates():

@@ -294,7 +294,7 @@ def test_two_way_fit_on_cells_equals_the_fit_on_rows():
     rng = np.random.default_rng(9)
     item = rng.integers(0, 40, 3000)
     source = rng.integers(0, 25, 3000)
-    ix = CrossedIndex.build(item, source, 0, 0)
+    ix = CrossedIndex.build(item, source)
     v = rng.normal(size=3000) + rng.normal(size=40)[ix.item] + rng.normal(size=25)[ix.source]
     w = rng.uniform(0.5, 2.0, 3000)
     want = _item_levels_removed_by_least_squares(v, ix.item, ix.source, w)
@@ -303,20 +303,21 @@ def test_two_way_fit_on_cells_equals_the_fit_on_rows():
     assert not np.allclose(want, v)  # negative control: the fit removes something
 
 
-def test_uniform_counts_have_the_multinomial_law():
+def test_resample_variance_is_the_multinomial_variance_of_a_linear_statistic():
+    """sum a^2 - (sum a)^2 / G is the exact variance of sum_c w_c a_c for multinomial counts of G
+    draws over G clusters: against the covariance matrix of the multinomial (scipy), and for a
+    difference of two terms on the same sources (the subgroup gap) the source sums subtract while the
+    cell variances add."""
     from scipy import stats as sps
-    from discern_stats.stats.crossed import uniform_counts
-    W = uniform_counts(40, 20000, 5)
-    assert (W.sum(axis=1) == 40).all() and not W.flags.writeable
-    assert uniform_counts(40, 20000, 5) is W  # cached
-    # one cell's count is Binomial(40, 1/40): chi-square goodness of fit against scipy
-    obs = np.bincount(W[:, 7].astype(int), minlength=6)[:6]
-    exp = sps.binom.pmf(np.arange(6), 40, 1 / 40) * len(W)
-    obs = np.r_[obs[:5], len(W) - obs[:5].sum()]
-    exp = np.r_[exp[:5], len(W) - exp[:5].sum()]
-    assert sps.chisquare(obs, exp).pvalue > 1e-4
-    # two cells are negatively correlated, -1/(n - 1) as in a multinomial
-    assert np.corrcoef(W[:, 0], W[:, 1])[0, 1] == pytest.approx(-1 / 39, abs=0.02)
+    from discern_stats.stats.crossed import SourceTerm, resample_variance
+    rng = np.random.default_rng(8)
+    a = rng.normal(size=12)
+    cov = sps.multinomial(12, np.full(12, 1 / 12)).cov()
+    assert resample_variance(a) == pytest.approx(a @ cov @ a, rel=1e-12)
+    assert resample_variance(np.full(5, 3.0)) == pytest.approx(0.0, abs=1e-12)  # a constant shift does not move
+    t1, t2 = SourceTerm(a, 0.2), SourceTerm(rng.normal(size=12), 0.3)
+    gap = t1.minus(t2)
+    assert np.allclose(gap.source_sums, t1.source_sums - t2.source_sums) and gap.var_cell == pytest.approx(0.5)
 
 
 def test_cli_contrasts_on_the_papers_plan(tmp_path):
@@ -379,7 +380,7 @@ def test_truth_propensity_source_term_is_the_cell_ratio_covariance():
     from discern_stats.stats.crossed import CrossedIndex, source_variance
     from discern_stats.stats.l2d import _group_stats, prepare
     g = prepare(_crossed_rows(), keep_invalid=True)
-    st = _group_stats(g, n_resamples=50, seed=1, method="crossed", source_resamples=20000)["truth_propensity"]
+    st = _group_stats(g, n_resamples=50, seed=1, method="crossed")["truth_propensity"]
     d = g[g.valid.to_numpy(bool)].reset_index(drop=True)
     num, den = np.zeros(len(d)), np.zeros(len(d))
     for _, c in d.groupby(["item_id", "source"]):
@@ -391,7 +392,7 @@ def test_truth_propensity_source_term_is_the_cell_ratio_covariance():
                 num[r] += 1.0 if y[a] > y[b] else 0.5 if y[a] == y[b] else 0.0
     theta = num.sum() / den.sum()
     assert st["estimate"] == pytest.approx(theta, abs=1e-12)
-    ix = CrossedIndex.build(d["item_id"], d["source"], 0, 0)
+    ix = CrossedIndex.build(d["item_id"], d["source"])
     w = den / den.sum()
     adjusted = _item_levels_removed_by_least_squares((num - theta * den) / den.sum(), ix.item, ix.source, w)
     cells: dict[tuple[int, int], float] = {}
@@ -399,30 +400,30 @@ def test_truth_propensity_source_term_is_the_cell_ratio_covariance():
         cells[(i, j)] = cells.get((i, j), 0.0) + p
     cross = sum(a * b for (i, j), a in cells.items() for (i2, j2), b in cells.items() if j == j2 and i != i2)
     assert cross > 0  # the source effects give the cells of one source a common level
-    # the multinomial resamples estimate it with a relative Monte Carlo error of a few percent
-    assert source_variance(st["rep_source"], st["rep_cell"]) == pytest.approx(cross, rel=0.1)
+    assert source_variance(st["source_term"]) == pytest.approx(cross, rel=1e-9)  # closed form: exact
 
 
 def test_small_cluster_df_counts_the_source_term_as_a_difference_of_two_variances():
-    """Satterthwaite (1946) for V = V_item + (var(rep_source) - var(rep_cell)): hand-worked
-    df = V^2 / (V_item^2 / (G_item - 1) + var(rep_source)^2 / ((G_source - 1) / 2)), each component
+    """Satterthwaite (1946) for V = V_item + (var_source - var_cell): hand-worked
+    df = V^2 / (V_item^2 / (G_item - 1) + var_source^2 / ((G_source - 1) / 2)), each component
     first scaled by G / (G - 1); the interval is estimate +- t_df sqrt(V) (scipy's t quantile)."""
     from scipy import stats as sps
-    from discern_stats.stats.crossed import crossed_interval, small_cluster_df
+    from discern_stats.stats.crossed import SourceTerm, crossed_interval, resample_variance, small_cluster_df
     # hand-worked: 100 items, 21 sources (df_source = 10): 2.5e-7 / (1.6e-7 / 99 + 2.5e-7 / 10)
     assert small_cluster_df(4e-4, 1e-4, 100, 21, 5e-4) == pytest.approx(2.5e-7 / (1.6e-7 / 99 + 2.5e-7 / 10), rel=1e-12)
-    # without var(rep_source) it is taken as the source term itself (var(rep_cell) = 0)
+    # without var_source it is taken as the source term itself (var_cell = 0)
     assert small_cluster_df(4e-4, 1e-4, 100, 21) == pytest.approx(2.5e-7 / (1.6e-7 / 99 + 1e-8 / 10), rel=1e-12)
     # a small source term that is the difference of two large variances is far less certain
     assert small_cluster_df(4e-4, 1e-4, 100, 21, 5e-4) < small_cluster_df(4e-4, 1e-4, 100, 21) / 5
     assert small_cluster_df(1e-6, 1e-4, 100, 3, 1e-2) == 1.0  # never below 1
-    # crossed_interval passes var(rep_source) on: replicates with known variances
+    # crossed_interval passes var_source on: a source term with known variances
     rng = np.random.default_rng(4)
-    boot, rs, rc = rng.normal(0, 0.02, 400), rng.normal(0, 0.03, 300), rng.normal(0, 0.025, 300)
-    vi, a, c = boot.var(ddof=1) * 30 / 29, rs.var(ddof=1) * 15 / 14, rc.var(ddof=1) * 15 / 14
+    boot, sums = rng.normal(0, 0.02, 400), rng.normal(0, 0.03, 15)
+    term = SourceTerm(sums, 0.3 * resample_variance(sums))
+    vi, a, c = boot.var(ddof=1) * 30 / 29, term.var_source * 15 / 14, term.var_cell * 15 / 14
     v = vi + (a - c)
     df = v ** 2 / (vi ** 2 / 29 + a ** 2 / 7)
-    iv = crossed_interval(0.1, boot, rs, rc, level=0.95, chance=0.0, bounds=(-1, 1), n_items=30, n_sources=15)
+    iv = crossed_interval(0.1, boot, term, level=0.95, chance=0.0, bounds=(-1, 1), n_items=30, n_sources=15)
     assert iv["df"] == pytest.approx(df, rel=1e-9)
     assert iv["hi"] - 0.1 == pytest.approx(sps.t.ppf(0.975, df) * np.sqrt(v), rel=1e-9)
     assert iv["p_value"] == pytest.approx(2 * sps.t.sf(0.1 / np.sqrt(v), df), rel=1e-9)
@@ -451,20 +452,21 @@ def test_spearman_linear_terms_are_the_derivative_of_rho_in_each_rows_weight():
 
 
 def test_spearman_source_term_matches_the_source_bootstrap_of_rho():
-    """The linear source replicates of a rho (sum_c W_bc psi_c) against re-ranking every source
-    resample (`cluster_spearman`, scipy-exact): with 200 sources the two variances of rho agree to
-    Monte Carlo error. Every row its own item here, so no item levels enter: the comparison is of
-    the linearisation alone."""
-    from discern_stats.stats.crossed import CrossedIndex, linear_replicates
+    """The closed-form source variance of a rho's linear terms against re-ranking 3,000 source resamples
+    (`cluster_spearman`, scipy-exact on each expanded resample): with 200 sources they agree to Monte
+    Carlo error (seeds 0-5: 0.95-1.05 of the re-ranked variance). Every row its own item here,
+    so no item levels enter: the comparison is of the linearisation alone."""
+    from discern_stats.stats.bootstrap import resample_counts
+    from discern_stats.stats.crossed import CrossedIndex, linear_source_terms
     from discern_stats.stats.spearman import cluster_spearman, spearman_influence
     rng = np.random.default_rng(6)
     n_src, per = 200, 15
     source = np.repeat(np.arange(n_src), per)
     pop = rng.uniform(size=n_src)[source]
     x = np.round(0.3 * pop + rng.normal(0, 0.3, n_src)[source] + rng.normal(0, 0.5, len(source)), 1)
-    ix = CrossedIndex.build(np.arange(len(source)), source, 3000, 2)
+    ix = CrossedIndex.build(np.arange(len(source)), source)
     psi = spearman_influence(x, pop)[1]
-    rep_linear = linear_replicates([psi], ix)[0][:, 0]
-    rep_rerank = cluster_spearman(x, [pop], ix.source, ix.W_source)[:, 0]
-    assert rep_linear.var() == pytest.approx(rep_rerank.var(), rel=0.03)  # 0.995-0.997 over seeds 0-3
-    assert rep_linear.var() > 3 * (psi ** 2).sum()  # the rows of a source move together: not the rows' variance
+    (term,) = linear_source_terms([psi], ix)
+    rerank = cluster_spearman(x, [pop], ix.source, resample_counts(n_src, 3000, 2))[:, 0]
+    assert term.var_source == pytest.approx(rerank.var(), rel=0.08)  # 3,000 resamples: Monte Carlo SE ~2.6 %
+    assert term.var_source > 3 * (psi ** 2).sum()  # the rows of a source move together: not the rows' variance

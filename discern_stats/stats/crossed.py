@@ -19,15 +19,17 @@ V = V_item + V_source - V_item∩source, with two choices that make it usable he
   sources, gave SEs 2.6x too wide and 100 % coverage with no source effect). The item levels
   come from a two-way additive fit (item + source, `remove_item_levels`): subtracting each
   item's raw mean would also subtract its own six sources' effects and shrink the source term
-  (SEs 15-35 % too small at a source-effect SD of 0.7). Two replicate sets give the term:
-  ``rep_source`` (sources resampled) and ``rep_cell`` (cells resampled); the source term is
-  max(0, var(rep_source) - var(rep_cell)). It is a variance component, not a percentile, so
-  ``SOURCE_RESAMPLES`` = 1,000 resamples of each kind suffice (Monte Carlo error of about 2 % of
-  the SE).
+  (SEs 15-35 % too small at a source-effect SD of 0.7). The term is
+  max(0, var_source - var_cell): the variances of the statistic's linear terms summed per source
+  and per cell under resampling sources, and cells, with replacement; each statistic below is
+  linear in those terms, so both variances are in closed form (`SourceTerm`,
+  `resample_variance`: the limit of infinitely many resamples; until issue 24's last pass they
+  came from 1,000 resamples of each kind, about 2 % Monte Carlo error in the SE, and the rhos
+  re-ranked every resample).
   - Spearman rhos: linear terms too, the derivative of rho with respect to each row's weight
-    (`spearman.spearman_influence`, exact in O(n log n)), less their item levels, like a ratio's.
+    (`spearman.spearman_influences`, exact in O(n log n)), less their item levels, like a ratio's.
   - Ratio statistics sum(num) / sum(den): the linear terms ψ_r = (num_r - θ den_r) / Σ den less
-    their item levels, summed per source and per cell; replicate = Σ W[b, c] ψ_c.
+    their item levels, summed per source and per cell.
   - Pair statistics whose pairs span two sources (the reliability propensity: pairs within one
     item x factor, members in different sources): the Hajek linear terms, every pair at both of
     its members (``members=2``), not adjusted.
@@ -42,7 +44,7 @@ V = V_item + V_source - V_item∩source, with two choices that make it usable he
     other items) do not share.
 - Interval (`crossed_se_interval`): estimate ± t_df · sqrt(V) with the small-cluster correction
   (each component scaled by G / (G - 1), Student t with Satterthwaite degrees of freedom, the
-  source term as the difference var(rep_source) - var(rep_cell), var(rep_source) on
+  source term as the difference var_source - var_cell, var_source on
   (G_source - 1) / 2), clipped to the statistic's range; p-value: the two-sided
   test of the distance from the chance value with the same law. Proportions (shares, CD,
   propensities): the Wilson score interval at the clustered effective size, and its score test.
@@ -59,73 +61,38 @@ import numpy as np
 import pandas as pd
 from scipy import stats as sps
 
-from .bootstrap import resample_counts  # noqa: F401 (kept importable here)
-from .ranks import remember
 from .spearman import spearman_influences
-
-SOURCE_SEED_OFFSET, CELL_SEED_OFFSET = 7919, 104729  # the source and cell resamples get seeds of their own
-SOURCE_RESAMPLES = 1000
-
-
-def uniform_counts(n_clusters: int, n_resamples: int, seed: int) -> np.ndarray:
-    """(B x n) counts of n draws with replacement from n clusters, one row per resample: the same law
-    as `bootstrap.resample_counts` (multinomial, equal probabilities), drawn as B x n uniform
-    cluster indices counted per row (one vectorised bincount: about 10x faster than numpy's
-    multinomial for the thousands of cells of the source term). Read-only, kept in a small cache."""
-    key = ("uniform", int(n_clusters), int(n_resamples), int(seed))
-    W = _UNIFORM_CACHE.get(key)
-    if W is None:
-        rng = np.random.default_rng(seed)
-        idx = rng.integers(0, n_clusters, size=(n_resamples, n_clusters))
-        idx += (np.arange(n_resamples) * n_clusters)[:, None]
-        W = np.bincount(idx.ravel(), minlength=n_resamples * n_clusters).reshape(n_resamples, n_clusters)
-        W = W.astype(np.float64)
-        W.flags.writeable = False
-        remember(_UNIFORM_CACHE, key, W)
-    return W
-
-
-_UNIFORM_CACHE: dict[tuple, np.ndarray] = {}
-
 
 @dataclass
 class CrossedIndex:
-    """Item, source and (item, source) cell codes of the rows of one analysis group, and the
-    resample matrices of the source term: ``W_source`` (B_s x sources) and ``W_cells`` (B_s x cells),
-    multinomial counts (read-only, shared by every group with the same counts and seed)."""
+    """Item, source and (item, source) cell codes of the rows of one analysis group, and the number of
+    source and cell levels over which the source term's resampling variances are taken."""
     item: np.ndarray
     source: np.ndarray
     cell: np.ndarray
     n_items: int
     n_sources: int
     n_cells: int
-    W_source: np.ndarray | None
-    W_cells: np.ndarray | None
 
     @classmethod
-    def build(cls, items: pd.Series | np.ndarray, sources: pd.Series | np.ndarray, source_resamples: int,
-              seed: int, source_levels: pd.Index | None = None, cell_seed: int | None = None) -> "CrossedIndex":
+    def build(cls, items: pd.Series | np.ndarray, sources: pd.Series | np.ndarray,
+              source_levels: pd.Index | None = None) -> "CrossedIndex":
         """Codes for the rows. ``source_levels`` fixes the source coding, so two groups with the same
-        levels and seed share one source resample (subgroup gaps: the two levels have their own items
-        but the same sources); ``cell_seed`` gives such groups cell resamples of their own."""
+        levels have their source sums on the same sources (subgroup gaps: the two levels have their
+        own items but the same sources, and the gap's source term is that of the difference)."""
         item, item_levels = pd.factorize(pd.Series(items).to_numpy(), sort=True)
         if source_levels is None:
             source, source_levels = pd.factorize(pd.Series(sources).to_numpy(), sort=True)
         else:
             source = source_levels.get_indexer(pd.Series(sources).to_numpy())
         cell, cell_keys = pd.factorize(item.astype(np.int64) * (len(source_levels) + 1) + source, sort=True)
-        Ws = Wc = None
-        if source_resamples:
-            Ws = uniform_counts(len(source_levels), source_resamples, seed + SOURCE_SEED_OFFSET)
-            Wc = uniform_counts(len(cell_keys), source_resamples,
-                                 (seed if cell_seed is None else cell_seed) + CELL_SEED_OFFSET)
         return cls(item.astype(np.int64), source.astype(np.int64), cell.astype(np.int64), len(item_levels),
-                   len(source_levels), len(cell_keys), Ws, Wc)
+                   len(source_levels), len(cell_keys))
 
     def subset(self, mask: np.ndarray) -> "CrossedIndex":
         """The same index for a subset of the rows (codes kept; unused items, sources and cells weigh nothing)."""
         return CrossedIndex(self.item[mask], self.source[mask], self.cell[mask], self.n_items, self.n_sources,
-                            self.n_cells, self.W_source, self.W_cells)
+                            self.n_cells)
 
 
 def remove_item_levels(values: np.ndarray, item: np.ndarray, source: np.ndarray, weights: np.ndarray | None = None,
@@ -204,24 +171,58 @@ except Exception:  # pragma: no cover
     _two_way_sweeps = _two_way_sweeps_py
 
 
-def ratio_source_replicates(num: np.ndarray, den: np.ndarray, ix: CrossedIndex, members: int = 1
-                            ) -> tuple[np.ndarray, np.ndarray]:
-    """(rep_source, rep_cell) of the ratio sum(num) / sum(den): linear terms less their item levels,
-    summed per source and per cell, under both resample sets (B_s,) each. ``num``/``den``: per row.
+@dataclass
+class SourceTerm:
+    """The source term of one statistic: its linear terms summed per source (``source_sums``, one
+    entry per source level of the index) and the resampling variance of its cell sums (``var_cell``).
 
-    ``members=2`` for a pair statistic theta = (1/P) sum_pairs h whose rows carry every pair at
-    both of its members (so sum(den) = 2P): the linear term of row r is sum_{pairs at r} (h - theta) / P
-    (Hajek projection: a change at one member changes each of its pairs), members * (num - theta den) / sum(den).
-    The terms are not adjusted for item levels (the reliability propensity: pairs within one item x
-    factor across sources). A pair statistic whose pairs lie within one (item, source) cell is a
-    plain ratio of cell sums: ``members=1`` with each pair once (module docstring).
-    """
-    rs, rc = ratio_source_replicates_many([num], [den], ix, [members])
-    return rs[:, 0], rc[:, 0]
+    Resampling G clusters with replacement (multinomial counts w, E w_c = 1, var w_c = 1 - 1/G,
+    cov = -1/G) moves a linear statistic by sum_c w_c a_c, whose variance is exactly
+    ``resample_variance(a)`` = sum_c a_c^2 - (sum_c a_c)^2 / G: the limit of var_source and
+    var_cell over infinitely many resamples, in closed form (no Monte Carlo error, no resample
+    matrices). V_source - V_item∩source = max(0, var_source - var_cell) (`source_variance`)."""
+    source_sums: np.ndarray
+    var_cell: float
+
+    @property
+    def var_source(self) -> float:
+        return resample_variance(self.source_sums)
+
+    def minus(self, other: "SourceTerm") -> "SourceTerm":
+        """The term of (this statistic - ``other``) where both are on the same sources but on cells of
+        their own (subgroup gaps: the two levels' items differ): source sums subtract, the cell
+        variances add (the cells of the two levels are disjoint)."""
+        return SourceTerm(self.source_sums - other.source_sums, self.var_cell + other.var_cell)
+
+
+def resample_variance(sums: np.ndarray) -> float:
+    """Variance of sum_c w_c a_c under multinomial resampling of the G clusters with equal probability
+    (counts summing to G): sum a^2 - (sum a)^2 / G. NaN where any a is not finite."""
+    a = np.asarray(sums, float)
+    return float(a @ a - a.sum() ** 2 / a.size) if a.size else 0.0
+
+
+def linear_source_terms(psi: list[np.ndarray], ix: CrossedIndex) -> list[SourceTerm]:
+    """The `SourceTerm` of each per-row linear term vector: summed per source (kept) and per cell
+    (its resampling variance)."""
+    out = []
+    for p in psi:
+        by_cell = np.bincount(ix.cell, p, minlength=ix.n_cells)
+        out.append(SourceTerm(np.bincount(ix.source, p, minlength=ix.n_sources), resample_variance(by_cell)))
+    return out
 
 
 def ratio_linear_terms(num: np.ndarray, den: np.ndarray, ix: CrossedIndex, members: int = 1) -> np.ndarray:
-    """Per-row linear terms of sum(num) / sum(den) for the source term (see `ratio_source_replicates`)."""
+    """Per-row linear terms of the ratio sum(num) / sum(den), d theta / d w_r = members * (num_r - theta den_r) / sum(den),
+    less their item levels (``members=1``).
+
+    ``members=2`` for a pair statistic theta = (1/P) sum_pairs h whose rows carry every pair at
+    both of its members (so sum(den) = 2P): the linear term of row r is sum_{pairs at r} (h - theta) / P
+    (Hajek projection: a change at one member changes each of its pairs). The terms are not adjusted
+    for item levels (the reliability propensity: pairs within one item x factor across sources). A
+    pair statistic whose pairs lie within one (item, source) cell is a plain ratio of cell sums:
+    ``members=1`` with each pair once (module docstring).
+    """
     total = den.sum()
     theta = num.sum() / total
     psi = members * (num - theta * den) / total
@@ -230,20 +231,11 @@ def ratio_linear_terms(num: np.ndarray, den: np.ndarray, ix: CrossedIndex, membe
     return psi
 
 
-def ratio_source_replicates_many(nums: list[np.ndarray], dens: list[np.ndarray], ix: CrossedIndex,
-                                 members: list[int]) -> tuple[np.ndarray, np.ndarray]:
-    """(rep_source, rep_cell), B_s x m, of m ratios at once (`linear_replicates` of their linear terms)."""
-    psi = [ratio_linear_terms(np.asarray(n, float), np.asarray(d, float), ix, k) for n, d, k in zip(nums, dens, members)]
-    return linear_replicates(psi, ix)
-
-
-def linear_replicates(psi: list[np.ndarray], ix: CrossedIndex) -> tuple[np.ndarray, np.ndarray]:
-    """(rep_source, rep_cell), B_s x m: per-row linear terms summed per source and per cell, then one
-    product with each resample matrix (W_source, W_cells are read once, not m times):
-    replicate b = sum_c W[b, c] psi_c."""
-    by_source = np.column_stack([np.bincount(ix.source, p, minlength=ix.n_sources) for p in psi])
-    by_cell = np.column_stack([np.bincount(ix.cell, p, minlength=ix.n_cells) for p in psi])
-    return ix.W_source @ by_source, ix.W_cells @ by_cell
+def ratio_source_terms(nums: list[np.ndarray], dens: list[np.ndarray], ix: CrossedIndex,
+                       members: list[int]) -> list[SourceTerm]:
+    """The `SourceTerm` of each ratio sum(num_k) / sum(den_k) (`ratio_linear_terms`)."""
+    return linear_source_terms([ratio_linear_terms(np.asarray(n, float), np.asarray(d, float), ix, k)
+                                for n, d, k in zip(nums, dens, members)], ix)
 
 
 def spearman_linear_terms(x: np.ndarray, ys: list[np.ndarray], ix: CrossedIndex) -> list[np.ndarray]:
@@ -253,48 +245,47 @@ def spearman_linear_terms(x: np.ndarray, ys: list[np.ndarray], ix: CrossedIndex)
     return [remove_item_levels(p, ix.item, ix.source, cell=ix.cell) if np.all(np.isfinite(p)) else p for p in psis]
 
 
-def spearman_source_replicates(x: np.ndarray, ys: list[np.ndarray], ix: CrossedIndex,
-                               pair: tuple[int, int] | None = None) -> tuple[np.ndarray, np.ndarray]:
-    """(rep_source (B_s x k), rep_cell (B_s x k)) of rho(x, y_k), and with ``pair=(i, j)`` a last column
-    for rho(y_i, y_j): `linear_replicates` of the rhos' linear terms (`spearman_linear_terms`).
+def spearman_source_terms(x: np.ndarray, ys: list[np.ndarray], ix: CrossedIndex,
+                          pair: tuple[int, int] | None = None) -> list[SourceTerm]:
+    """The `SourceTerm` of rho(x, y_k) for each k, and with ``pair=(i, j)`` a last one for
+    rho(y_i, y_j), from the rhos' linear terms (`spearman_linear_terms`).
 
-    The linear terms replace re-ranking each of the 2 x 1,000 source and cell resamples (the
+    The linear terms replace re-ranking 1,000 source and 1,000 cell resamples of each rho (the
     previous form: the rho of x's mid-ranks less their item levels, rescaled), which was a third of
-    the crossed suite's time and over-covered rho(Delta, popularity) (0.97-0.998, BENCHMARKS.md);
-    the ratios' source terms were linear already."""
+    the crossed suite's time; the ratios' source terms were linear already."""
     psi = spearman_linear_terms(x, ys, ix)
     if pair is not None:
         psi += spearman_linear_terms(ys[pair[0]], [ys[pair[1]]], ix)
-    return linear_replicates(psi, ix)
+    return linear_source_terms(psi, ix)
 
 
-def source_variance(rep_source: np.ndarray, rep_cell: np.ndarray) -> float:
-    """The source term V_source - V_item∩source = max(0, var(rep_source) - var(rep_cell))."""
-    rs, rc = rep_source[np.isfinite(rep_source)], rep_cell[np.isfinite(rep_cell)]
-    return max(0.0, rs.var(ddof=1) - rc.var(ddof=1)) if rs.size > 1 and rc.size > 1 else 0.0
+def source_variance(term: SourceTerm) -> float:
+    """The source term V_source - V_item∩source = max(0, var_source - var_cell) (0 where not finite)."""
+    v = term.var_source - term.var_cell
+    return max(0.0, v) if np.isfinite(v) else 0.0
 
 
-SOURCE_DF_SHARE = 1 / 2  # degrees of freedom of var(rep_source): (G_source - 1) / 2 (see small_cluster_df)
+SOURCE_DF_SHARE = 1 / 2  # degrees of freedom of var_source: (G_source - 1) / 2 (see small_cluster_df)
 
 
 def small_cluster_df(v_item: float, v_source: float, n_items: int, n_sources: int,
                      v_source_resample: float | None = None) -> float:
-    """Satterthwaite degrees of freedom of V = V_item + V_source, V_source = var(rep_source) - var(rep_cell)
+    """Satterthwaite degrees of freedom of V = V_item + V_source, V_source = var_source - var_cell
     (Satterthwaite 1946, as for an ANOVA variance component formed from two mean squares):
 
-        df = V^2 / (V_item^2 / df_item + var(rep_source)^2 / df_source),
+        df = V^2 / (V_item^2 / df_item + var_source^2 / df_source),
 
     df_item = G_item - 1, df_source = (G_source - 1) / 2 (`SOURCE_DF_SHARE`), ``v_source_resample`` =
-    var(rep_source) on the scale of ``v_source``; var(rep_cell), a variance over the (item, source)
+    var_source on the scale of ``v_source``; var_cell, a variance over the (item, source)
     cells (about 6x as many as items), is taken as known (at equal variances its term would be
     (G_source - 1) / (2 (cells - 1)) of the source resamples': 2-11 % for 20-132 sources and 600
     cells; the coverage study used this rule as written). The source term is a difference: where sources barely differ it is a
-    small difference of two large variances and as uncertain as var(rep_source) itself, not a
+    small difference of two large variances and as uncertain as var_source itself, not a
     chi-square of its own size (the rule before, V_source^2 / ((G_source - 1) / 3), gave the
     reliability propensity at 20 sources and no source effect a median df of 71 and coverage 0.909
     over 1,000 data sets; this rule a median df of 5 and 0.968, and no cell of the grid below 0.93,
     BENCHMARKS.md, issue 24). Without
-    ``v_source_resample`` var(rep_source) is taken as ``v_source`` (var(rep_cell) = 0). Half of
+    ``v_source_resample`` var_source is taken as ``v_source`` (var_cell = 0). Half of
     G_source - 1: where the source term dominates its coefficient of variation over data sets was
     0.36-0.60 at 20 sources (2 / cv^2 = 6-15 degrees of freedom, against 19); with G_source - 1 the
     20-source cells with a source-effect SD of 1.5 covered 0.920-0.941. At least 1."""
@@ -319,12 +310,12 @@ def crossed_se_interval(estimate: float, v_item: float, v_source: float, *, leve
                         proportion: tuple[int, int] | None = None, p_floor: float = 0.0,
                         v_source_resample: float | None = None) -> dict:
     """lo, hi, p_value, se (and df) from the two variance components (and ``v_source_resample``,
-    var(rep_source), whose difference with var(rep_cell) is ``v_source``: the degrees of freedom).
+    var_source, whose difference with var_cell is ``v_source``: the degrees of freedom).
 
     - Small-cluster correction (``n_items`` and ``n_sources`` given): each bootstrap variance of a
       sum over G clusters has expectation (G - 1) / G of the variance, so V_item and V_source are
       scaled by G / (G - 1) (the CR1 factor of each factor); the quantile is Student t with the
-      Satterthwaite degrees of freedom of `small_cluster_df` (var(rep_source) on (G_source - 1) / 2),
+      Satterthwaite degrees of freedom of `small_cluster_df` (var_source on (G_source - 1) / 2),
       and so is the test. Without them:
       normal z, the variances as estimated.
     - ``proportion=(n, clusters)`` (a share, CD, a propensity: a statistic in [0, 1]): the Wilson
@@ -370,16 +361,16 @@ def _score_interval(estimate: float, se: float, proportion: tuple[int, int], law
     return {"lo": float(lo), "hi": float(hi), "p_value": p, "n_eff": n_eff}
 
 
-def crossed_interval(estimate: float, boot_item: np.ndarray, rep_source: np.ndarray, rep_cell: np.ndarray, *,
+def crossed_interval(estimate: float, boot_item: np.ndarray, term: SourceTerm, *,
                      level: float, chance: float | None, bounds: tuple[float, float], n_items: int | None = None,
                      n_sources: int | None = None, proportion: tuple[int, int] | None = None) -> dict:
-    """lo, hi, p_value and se from V = var(item bootstrap) + max(0, var(rep_source) - var(rep_cell))
-    (`crossed_se_interval`)."""
+    """lo, hi, p_value and se from V = var(item bootstrap) + max(0, var_source - var_cell) of the
+    statistic's `SourceTerm` (`crossed_se_interval`)."""
     b = boot_item[np.isfinite(boot_item)]
     if b.size < 2 or not np.isfinite(estimate):
         return {"lo": np.nan, "hi": np.nan, "p_value": np.nan, "se": np.nan}
-    rs = rep_source[np.isfinite(rep_source)]
-    return crossed_se_interval(estimate, float(b.var(ddof=1)), source_variance(rep_source, rep_cell), level=level,
+    vs = term.var_source
+    return crossed_se_interval(estimate, float(b.var(ddof=1)), source_variance(term), level=level,
                                chance=chance, bounds=bounds, n_items=n_items, n_sources=n_sources,
                                proportion=proportion, p_floor=1.0 / (b.size + 1),
-                               v_source_resample=float(rs.var(ddof=1)) if rs.size > 1 else None)
+                               v_source_resample=vs if np.isfinite(vs) else None)

@@ -43,8 +43,8 @@ from ..core.vocab import CHANCE, CLAIM_AGREES, OUTCOME_DENOMINATOR, OUTCOMES, TA
 from ..core.errors import InputError
 from .bootstrap import DEFAULT_RESAMPLES, jackknife_ratio, ratio, resample_counts, summarise, with_all_once
 from .spearman import cluster_spearman
-from .crossed import (SOURCE_RESAMPLES, CrossedIndex, crossed_interval, crossed_se_interval,
-                      ratio_source_replicates_many, spearman_source_replicates)
+from .crossed import (CrossedIndex, crossed_interval, crossed_se_interval, ratio_source_terms,
+                      spearman_source_terms)
 
 METHODS = {"crossed": "crossed items x sources (item-cluster bootstrap + source term net of item levels, "
                       "Cameron-Gelbach-Miller two-way variance), small-cluster t",
@@ -268,8 +268,8 @@ def propensity(d: pd.DataFrame, by: str) -> float:
 
 class _Stat(dict):
     """One metric of one group before summarising: estimate, item-bootstrap values ``boot``
-    (None without resamples), jackknife ``jack`` (BCa), source-term replicates ``rep_source`` and
-    ``rep_cell`` (crossed), ``n``, ``bounds`` of the statistic, ``chance`` (None: no test),
+    (None without resamples), jackknife ``jack`` (BCa), ``source_term`` (crossed: a
+    `crossed.SourceTerm`), ``n``, ``bounds`` of the statistic, ``chance`` (None: no test),
     ``clusters`` (items, sources with rows: the small-cluster correction's G) and ``proportion``
     (a statistic in [0, 1]: Wilson interval at the clustered effective size)."""
 
@@ -310,7 +310,7 @@ def _rho_replicates(xo: np.ndarray, ylive: list[np.ndarray], ix: CrossedIndex, W
     if W is not None and method == "bca":
         jack = cluster_spearman(xo, ylive, ix.item, np.ones((n_cl, n_cl)) - np.eye(n_cl), pair=fused)
     if W is not None and method == "crossed":
-        reps = spearman_source_replicates(xo, ylive, ix, pair=pair_pos)
+        reps = spearman_source_terms(xo, ylive, ix, pair=pair_pos)
     return rho, jack, reps
 
 
@@ -319,7 +319,7 @@ def _fill_column(st: _Stat, c: int, rho: np.ndarray, jack: np.ndarray | None, re
     """Column ``c`` of a `_rho_replicates` pass into ``st``: estimate, boot, jack, rep_source, rep_cell."""
     st.update(estimate=float(rho[0, c]), boot=rho[1:, c] if resampled else None,
               jack=None if jack is None else jack[:, c],
-              rep_source=None if reps is None else reps[0][:, c], rep_cell=None if reps is None else reps[1][:, c])
+              source_term=None if reps is None else reps[c])
 
 
 def _rho_stats(names: list[str], x: np.ndarray, ys: list[np.ndarray], W: np.ndarray | None, ix: CrossedIndex,
@@ -391,16 +391,16 @@ def _ratio_stats(names: list[str], nums: list[np.ndarray], dens: list[np.ndarray
 
 def _add_ratio_source_terms(out: dict[str, _Stat], names: list[str], nums: list[np.ndarray], dens: list[np.ndarray],
                             ix: CrossedIndex, source_terms: list | None) -> None:
-    """rep_source and rep_cell of every resampled ratio in ``out``, all from one product per resample
-    matrix (`crossed.ratio_source_replicates_many`); ``source_terms[k]``: (num, den, members) of ratio k."""
+    """The `crossed.SourceTerm` of every resampled ratio in ``out`` (`crossed.ratio_source_terms`);
+    ``source_terms[k]``: (num, den, members) of ratio k."""
     live = [c for c, name in enumerate(names) if out[name]["boot"] is not None]
     if not live:
         return
     own = source_terms or [None] * len(names)
     terms = [own[c] if own[c] is not None else (nums[c], dens[c], 1) for c in live]
-    rs, rc = ratio_source_replicates_many([t[0] for t in terms], [t[1] for t in terms], ix, [t[2] for t in terms])
+    found = ratio_source_terms([t[0] for t in terms], [t[1] for t in terms], ix, [t[2] for t in terms])
     for k, c in enumerate(live):
-        out[names[c]]["rep_source"], out[names[c]]["rep_cell"] = rs[:, k], rc[:, k]
+        out[names[c]]["source_term"] = found[k]
 
 
 def _summarise_stat(st: _Stat, *, method: str, level: float, chance: float | None) -> dict:
@@ -418,7 +418,7 @@ def _summarise_stat(st: _Stat, *, method: str, level: float, chance: float | Non
     items, sources = st.get("clusters", (None, None))
     proportion = (st["n"], items or 1) if st.get("proportion") else None
     if method == "crossed":
-        iv = crossed_interval(st["estimate"], st["boot"], st["rep_source"], st["rep_cell"], level=level,
+        iv = crossed_interval(st["estimate"], st["boot"], st["source_term"], level=level,
                               chance=chance, bounds=st["bounds"], n_items=items, n_sources=sources,
                               proportion=proportion)
         row.update(lo=iv["lo"], hi=iv["hi"], p_value=iv["p_value"])
@@ -452,12 +452,10 @@ def _priors_counting_invalid(g: pd.DataFrame) -> tuple[np.ndarray, np.ndarray, n
 
 
 def _group_stats(g: pd.DataFrame, *, n_resamples: int, seed: int, method: str, item_seed: int | None = None,
-                 source_levels: pd.Index | None = None, cell_seed: int | None = None,
-                 source_resamples: int = SOURCE_RESAMPLES, which: str = "metrics") -> dict[str, _Stat]:
+                 source_levels: pd.Index | None = None, which: str = "metrics") -> dict[str, _Stat]:
     """All Design A metrics (``which="metrics"``) or the subgroup-gap metrics (``"gaps"``) of one
     group (e.g. one LLM x strategy) of prepared rows, valid and invalid (``prepare(keep_invalid=True)``)."""
-    ix_all = CrossedIndex.build(g["item_id"], g["source"], source_resamples if n_resamples and method == "crossed"
-                                else 0, seed, source_levels, cell_seed)
+    ix_all = CrossedIndex.build(g["item_id"], g["source"], source_levels)
     n_cl = ix_all.n_items
     W = (resample_counts(n_cl, n_resamples, seed if item_seed is None else item_seed)
          if n_resamples and n_cl > 1 else None)
@@ -513,7 +511,7 @@ def _group_stats(g: pd.DataFrame, *, n_resamples: int, seed: int, method: str, i
 
 def l2d_metrics(df: pd.DataFrame, *, n_resamples: int = DEFAULT_RESAMPLES, seed: int = 0, level: float = 0.95,
                 method: str = DEFAULT_METHOD, tol: float | None = None, by: tuple[str, ...] = ("llm", "strategy"),
-                overall: bool = True, source_resamples: int = SOURCE_RESAMPLES) -> pd.DataFrame:
+                overall: bool = True) -> pd.DataFrame:
     """Design A metric table: one row per group x metric.
 
     Groups are LLM x strategy and (``overall``) LLM over all strategies ("(all)": every
@@ -533,8 +531,7 @@ def l2d_metrics(df: pd.DataFrame, *, n_resamples: int = DEFAULT_RESAMPLES, seed:
             groups.append(({"llm": llm, "strategy": "(all)"}, g))
 
     def cell(group: tuple[dict, pd.DataFrame]) -> dict[str, _Stat]:
-        return _group_stats(group[1], n_resamples=n_resamples, seed=seed, method=method,
-                            source_resamples=source_resamples)
+        return _group_stats(group[1], n_resamples=n_resamples, seed=seed, method=method)
 
     if n_resamples and len(groups) > 1:
         # two groups at a time: the bootstrap kernel releases the GIL and uses every core, so one
@@ -543,7 +540,7 @@ def l2d_metrics(df: pd.DataFrame, *, n_resamples: int = DEFAULT_RESAMPLES, seed:
             group_stats = list(pool.map(cell, groups))
     else:
         group_stats = [cell(g) for g in groups]
-    interval = _interval_label(method, level, n_resamples, source_resamples)
+    interval = _interval_label(method, level, n_resamples)
     small = _warn_small_pool(groups, method, n_resamples)
     interval += f"; {small}" if small else ""
     order = (["SD", "TD", "rho_pop", "rel_propensity", "truth_propensity", "CD", "prior_accuracy", "rho_rhat_R",
@@ -566,10 +563,10 @@ def l2d_metrics(df: pd.DataFrame, *, n_resamples: int = DEFAULT_RESAMPLES, seed:
     return out[cols] if len(out) else pd.DataFrame(columns=cols)
 
 
-def _interval_label(method: str, level: float, n_resamples: int, source_resamples: int) -> str:
+def _interval_label(method: str, level: float, n_resamples: int) -> str:
     if not n_resamples:
         return "no interval (0 resamples)"
-    extra = (f" (+ {source_resamples:,} source and {source_resamples:,} cell resamples; Student t with "
+    extra = (f" (+ source term from linear terms by source and cell, in closed form; Student t with "
              f"Satterthwaite degrees of freedom, few-cluster correction)") if method == "crossed" else ""
     return f"{level:.0%} {METHODS[method]}; {n_resamples:,} item resamples{extra}"
 
@@ -581,7 +578,7 @@ GAP_METRICS = {"prior accuracy": (-1.0, 1.0), "appropriate-update share": (-1.0,
 def subgroup_gaps(df: pd.DataFrame, tag: str, *, n_resamples: int = DEFAULT_RESAMPLES, seed: int = 0,
                   level: float = 0.95, method: str = DEFAULT_METHOD, tol: float | None = None,
                   by: tuple[str, ...] = ("llm", "strategy"), overall: bool = True,
-                  source_resamples: int = SOURCE_RESAMPLES, reference: str | None = None) -> pd.DataFrame:
+                  reference: str | None = None) -> pd.DataFrame:
     """Gaps between the two levels of a binary item tag (e.g. OECD yes - no, era post - pre), per
     LLM x strategy (and per LLM over strategies): prior accuracy (one prior per strategy and item;
     an invalid prior counts as wrong, their number in ``n_invalid_prior``), appropriate-update
@@ -590,8 +587,8 @@ def subgroup_gaps(df: pd.DataFrame, tag: str, *, n_resamples: int = DEFAULT_RESA
     gap = metric(other level) - metric(reference level), named in ``contrast``. The reference is
     ``reference``, else the tag's declared one (`core.vocab.TAG_REFERENCE_LEVELS`: seed 000's
     direction, OECD yes - no, post-internet - pre-internet), else the first level in sorted order.
-    Intervals: items are resampled within each level; with ``crossed`` the source term uses one
-    source resample for both levels (they share sources), so the gap's source covariance is kept.
+    Intervals: items are resampled within each level; with ``crossed`` the source term is that of the
+    difference of the two levels' per-source sums (they share sources), so the gap's source covariance is kept.
     Methods: crossed (default) or percentile. p-values are per cell, not adjusted across LLMs,
     strategies or metrics (column ``p_adjustment``).
     """
@@ -609,7 +606,7 @@ def subgroup_gaps(df: pd.DataFrame, tag: str, *, n_resamples: int = DEFAULT_RESA
     if overall and "strategy" in by:
         groups += [({"llm": llm, "strategy": "(all)"}, g) for llm, g in prepared.groupby("llm", sort=True)]
     rows = []
-    interval = _interval_label(method, level, n_resamples, source_resamples)
+    interval = _interval_label(method, level, n_resamples)
     small = _warn_small_pool(groups, method, n_resamples)
     interval += f"; {small}" if small else ""
     for keys, g in groups:
@@ -617,8 +614,8 @@ def subgroup_gaps(df: pd.DataFrame, tag: str, *, n_resamples: int = DEFAULT_RESA
         parts = []
         for k, lv in enumerate(levels):
             part = g[g[tag] == lv]
-            parts.append(_group_stats(part, n_resamples=n_resamples, seed=seed, item_seed=seed + k, cell_seed=seed + k,
-                                      method=method, source_levels=src_levels, source_resamples=source_resamples,
+            parts.append(_group_stats(part, n_resamples=n_resamples, seed=seed, item_seed=seed + k,
+                                      method=method, source_levels=src_levels,
                                       which="gaps") if len(part) else {})
         for name, bounds in GAP_METRICS.items():
             a, b = parts[0].get(name), parts[1].get(name)
@@ -648,7 +645,7 @@ def _gap_levels(df: pd.DataFrame, tag: str, reference: str | None) -> list[str]:
 
 def _gap_stat(a: _Stat | None, b: _Stat | None, bounds: tuple[float, float], n: int, method: str) -> _Stat | None:
     """The `_Stat` of b - a (other level minus reference): estimate, resamples and source terms as
-    differences (the levels share one source resample); None when either level has no estimate."""
+    differences (the levels' source sums are on the same sources: `crossed.SourceTerm.minus`); None when either level has no estimate."""
     if not (a and b and np.isfinite(a["estimate"]) and np.isfinite(b["estimate"])):
         return None
     clusters = (a["clusters"][0] + b["clusters"][0], max(a["clusters"][1], b["clusters"][1]))
@@ -656,6 +653,5 @@ def _gap_stat(a: _Stat | None, b: _Stat | None, bounds: tuple[float, float], n: 
     if a.get("boot") is not None and b.get("boot") is not None:
         gap["boot"] = b["boot"] - a["boot"]
         if method == "crossed":
-            gap["rep_source"] = b["rep_source"] - a["rep_source"]
-            gap["rep_cell"] = b["rep_cell"] - a["rep_cell"]
+            gap["source_term"] = b["source_term"].minus(a["source_term"])
     return gap
