@@ -288,7 +288,7 @@ def subgroup_table(ctx: ReportContext) -> GT:
             .tab_source_note("Prior accuracy: share of priors correct under the item's rule (one prior per strategy "
                              "and item; an invalid prior counts as wrong" + _invalid_prior_note(ctx) + "). "
                              "Appropriate-update share: of the posteriors whose claim conflicts with the prior (C ≠ P1). "
-                             "Items are resampled within each level; both levels share one source resample. "
+                             "Items are resampled within each level; the source term is that of the difference on the shared sources. "
                              "Intervals are per cell, not adjusted across LLMs, subgroups or metrics.")
             .tab_source_note(_sources_note(ctx)))
 

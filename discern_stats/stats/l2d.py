@@ -80,7 +80,7 @@ def _warn_small_pool(groups: list[tuple[dict, pd.DataFrame]], method: str, n_res
         return ""
     import warnings
     note = (f"{fewest} sources: below the {MIN_SOURCES_SHOWN} at which these intervals were shown to cover 93-97 %; "
-            f"with 20 sources the worst cover 0.92 (BENCHMARKS.md)")
+            f"with 20 sources the worst cover 0.94, and some over-cover (BENCHMARKS.md)")
     warnings.warn(f"Design A intervals rest on {note}", SmallSourcePoolWarning, stacklevel=3)
     return note
 
