@@ -27,6 +27,7 @@ interval holds the truth; its Monte Carlo SE sqrt(c (1 - c) / sets) beside it.
     python benchmarks/coverage_crossed_sources.py --pools 20,60,132 --sets 300 --out /tmp/cov.npz
     python benchmarks/coverage_crossed_sources.py --pools 20 --settings '1.5 corr. R' --sets 1000 --out /tmp/c.npz
     python benchmarks/coverage_crossed_sources.py --summarise /tmp/c.npz --previous-df --detail
+    python benchmarks/coverage_crossed_sources.py --pools 20 --settings 0 --sets 1000 --stratified --out /tmp/s.npz
     python benchmarks/coverage_crossed_sources.py --summarise /tmp/cov20.npz,/tmp/cov60.npz,/tmp/cov132.npz
 """
 
@@ -77,23 +78,26 @@ def make_trials(rng: np.random.Generator, n_items: int, pool: dict) -> pd.DataFr
                          "prior": p1, "posterior": np.where(valid, P2, np.nan), "valid": valid})
 
 
-def components(df: pd.DataFrame, resamples: int, seed: int) -> dict[str, tuple]:
+def components(df: pd.DataFrame, resamples: int, seed: int, stratified: bool = False) -> dict[str, tuple]:
     """metric -> (estimate, item-bootstrap variance, source term, items, sources, n, var_source,
     var_cell) from the package (n: the statistic's count, e.g. pairs of a propensity: the Wilson
     interval's size cap; the two resampling variances whose difference is the source term)."""
     from discern_stats.stats.crossed import source_variance
-    from discern_stats.stats.l2d import _group_stats, prepare
+    from discern_stats.stats.l2d import _group_stats, design_strata, prepare
     g = prepare(df, keep_invalid=True)
-    st = _group_stats(g, n_resamples=resamples, seed=seed, method="crossed")
+    st = _group_stats(g, n_resamples=resamples, seed=seed, method="crossed",
+                      source_strata=design_strata(g) if stratified else None)
     out = {}
     for m in METRICS:
         s = st[m]
         if s.get("boot") is None:  # point estimate only (the truths)
-            out[m] = (s["estimate"], np.nan, np.nan, df.item_id.nunique(), df.source.nunique(), s["n"], np.nan, np.nan)
+            out[m] = (s["estimate"], np.nan, np.nan, df.item_id.nunique(), df.source.nunique(), s["n"], np.nan, np.nan,
+                      np.nan)
             continue
         b = s["boot"][np.isfinite(s["boot"])]
         out[m] = (s["estimate"], b.var(ddof=1), source_variance(s["source_term"]),
-                  df.item_id.nunique(), df.source.nunique(), s["n"], *replicate_variances(s))
+                  df.item_id.nunique(), df.source.nunique(), s["n"], *replicate_variances(s),
+                  s["source_term"].n_strata)
     return out
 
 
@@ -124,7 +128,7 @@ def run(args: argparse.Namespace) -> None:
             rows = []
             for s in range(args.sets):
                 df = make_trials(rng, args.items, make_pool(rng, G, sd, corr))
-                comp = components(df, args.resamples, s)
+                comp = components(df, args.resamples, s, args.stratified)
                 rows.append([comp[m] for m in METRICS])
             res[f"sets|{name}|{G}"] = np.array(rows, float)  # sets x metrics x 5
             print(f"SD {name}, pool {G}: {args.sets} sets in {time.time() - t0:.0f} s", flush=True)
@@ -159,7 +163,8 @@ def interval(m: str, row: np.ndarray, small: bool | str, level: float) -> dict:
     proportion = (int(row[5]), int(n_i)) if small and m in PROPORTIONS and len(row) > 5 else None
     return crossed_se_interval(est, v_item, v_source, level=level, chance=None, bounds=bounds,
                                n_items=int(n_i) if small else None, n_sources=int(n_s) if small else None,
-                               proportion=proportion, v_source_resample=row[6] if len(row) > 6 else None)
+                               proportion=proportion, v_source_resample=row[6] if len(row) > 6 else None,
+                               source_strata=int(row[8]) if len(row) > 8 and small else 1)
 
 
 def summarise(paths: str, level: float = 0.95, detail: bool = False, previous: bool = False) -> None:
@@ -196,9 +201,10 @@ def summarise(paths: str, level: float = 0.95, detail: bool = False, previous: b
                 ratio.append(np.mean([iv["se"] for iv in ivs]) / sets[:, k, 0].std(ddof=1))
                 if small is True and detail:
                     est, vi, vs, ni, ns = sets[:, k, :5].T
-                    v = vi * ni / (ni - 1) + vs * ns / (ns - 1)
+                    h = sets[:, k, 8] if sets.shape[2] > 8 else 1
+                    v = vi * ni / (ni - 1) + vs * ns / (ns - h)
                     details.append(f"| {name} | {G} | {m} | {(est.mean() - truth[k]) / est.std(ddof=1):+.2f} | "
-                                   f"{v.mean() / est.var(ddof=1):.2f} | {np.mean(vs * ns / (ns - 1) / v):.2f} | "
+                                   f"{v.mean() / est.var(ddof=1):.2f} | {np.mean(vs * ns / (ns - h) / v):.2f} | "
                                    f"{np.median([iv['df'] for iv in ivs]):.0f} |")
             print(f"| {name} | {G} | {label} | {' | '.join(cov)} | {min(ratio):.2f}-{max(ratio):.2f} |")
         n = len(sets)
@@ -226,10 +232,17 @@ def main() -> None:
     ap.add_argument("--settings", default=None, help="comma-separated source-effect settings (default: all): "
                     + ", ".join(SETTINGS))
     ap.add_argument("--summarise", default=None)
+    ap.add_argument("--stratified", action="store_true",
+                    help="source term within the design's popularity x reliability strata (crossed.balanced_strata)")
     ap.add_argument("--detail", action="store_true", help="bias, variance ratio, source share and df per metric")
     ap.add_argument("--previous-df", action="store_true",
                     help="also the small-cluster interval with the degrees of freedom before (source term on (G-1)/3)")
+    ap.add_argument("--df-share", type=float, default=None,
+                    help="degrees of freedom of var_source as this share of G_source - H (default: the package's)")
     args = ap.parse_args()
+    if args.df_share is not None:
+        from discern_stats.stats import crossed
+        crossed.SOURCE_DF_SHARE = args.df_share
     if args.summarise:
         summarise(args.summarise, detail=args.detail, previous=args.previous_df)
     else:

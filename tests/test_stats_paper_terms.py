@@ -470,3 +470,103 @@ def test_spearman_source_term_matches_the_source_bootstrap_of_rho():
     rerank = cluster_spearman(x, [pop], ix.source, resample_counts(n_src, 3000, 2))[:, 0]
     assert term.var_source == pytest.approx(rerank.var(), rel=0.08)  # 3,000 resamples: Monte Carlo SE ~2.6 %
     assert term.var_source > 3 * (psi ** 2).sum()  # the rows of a source move together: not the rows' variance
+
+
+def test_stratified_resample_variance_is_the_within_stratum_multinomial_variance():
+    """Resampling within strata (counts of each stratum summing to its size) moves sum_c w_c a_c by
+    sum_h a_h' Cov_h a_h, Cov_h the covariance of a multinomial over the stratum's G_h clusters
+    (scipy); a shift of one stratum's level does not move it (the design holds each stratum's share
+    fixed), where the unstratified variance counts it."""
+    from scipy import stats as sps
+    from discern_stats.stats.crossed import SourceTerm, resample_variance
+    rng = np.random.default_rng(11)
+    strata = np.array([0, 0, 0, 1, 1, 1, 1, 2, 2, 2, 2, 2])
+    a = rng.normal(size=strata.size)
+    want = sum(a[strata == h] @ sps.multinomial(int((strata == h).sum()), np.full((strata == h).sum(), 1 / (strata == h).sum())).cov()
+               @ a[strata == h] for h in range(3))
+    assert resample_variance(a, strata) == pytest.approx(want, rel=1e-12)
+    shifted = a + np.array([5.0, -3.0, 2.0])[strata]
+    assert resample_variance(shifted, strata) == pytest.approx(want, rel=1e-12)
+    assert resample_variance(shifted) > 10 * want  # negative control: between-strata levels count unstratified
+    term = SourceTerm(shifted, 0.0, strata)
+    assert term.n_strata == 3 and term.var_source == pytest.approx(want, rel=1e-12)
+    assert term.minus(SourceTerm(a, 0.0, strata)).n_strata == 3
+    assert term.minus(SourceTerm(a, 0.0)).n_strata == 1  # strata only where both sides have them
+
+
+def _planned_trials(per_stratum: int = 1, n_items: int = 30, seed: int = 0) -> pd.DataFrame:
+    """The item x source layout of the package's own Design A plan (demo sources: 4 per stratum)."""
+    from discern_stats.designs import l2d
+    items = pd.DataFrame({"item_id": [f"q{i:02d}" for i in range(n_items)], "question": "How many?",
+                          "truth": 10.0 + np.arange(n_items)})
+    plan = l2d.build_requests(items, l2d.demo_sources(), seed=seed, per_stratum=per_stratum, strategies=("zero-shot",))
+    post = pd.DataFrame([r for r in plan.requests if r["stage"] == "posterior"])
+    src = l2d.demo_sources().rename(columns={"domain": "source"})
+    return post.merge(src[["source", "reliability", "popularity"]], on="source")
+
+
+def test_design_strata_are_found_in_the_packages_plan_and_nowhere_else():
+    """The crossed source term takes the sources as drawn within the popularity x reliability strata
+    exactly where the data show the design's draw: the package's plan (1 or 2 sources per stratum
+    and item) has its 6 strata recovered from the trials alone, equal to the design's own tiers;
+    sources drawn at random (items meet the strata unevenly), a stratum with a single source, or a
+    source without a popularity give the unstratified term."""
+    from discern_stats.designs import l2d
+    from discern_stats.stats.crossed import CrossedIndex
+    from discern_stats.stats.l2d import design_strata
+    tiers = l2d.stratify_sources(l2d.demo_sources()).set_index("domain")
+    for per in (1, 2):
+        d = _planned_trials(per)
+        strata = design_strata(d)
+        assert strata.nunique() == 6
+        assert set(strata.index) == set(tiers.index)  # every demo source is met
+        assert (strata == (tiers.pop_tier + "/" + tiers.rel_tier).reindex(strata.index)).all()
+        ix = CrossedIndex.build(d.item_id, d.source, source_strata=strata)
+        assert ix.source_stratum is not None and len(set(ix.source_stratum)) == 6
+    random_draw = l2d_frame()  # 6 sources per item at random from 30
+    assert CrossedIndex.build(random_draw.item_id, random_draw.source,
+                              source_strata=design_strata(random_draw)).source_stratum is None
+    d = _planned_trials(1)
+    lone = d[~d.source.isin(strata[strata == "low/low"].index[1:])]  # one source left in a stratum
+    assert CrossedIndex.build(lone.item_id, lone.source, source_strata=design_strata(d)).source_stratum is None
+    assert design_strata(d.assign(popularity=np.where(d.source == d.source.iloc[0], np.nan, d.popularity))) is None
+
+
+def test_crossed_metrics_use_the_within_strata_source_term_on_a_stratified_plan():
+    """On the package's plan the source term of SD is the within-strata variance of its source sums
+    (hand: the sums re-derived from the linear terms and grouped by the design's tiers), scaled by
+    G / (G - 6) with (G - 6) / 2 degrees of freedom on the source part."""
+    from discern_stats.stats.crossed import CrossedIndex, linear_source_terms, ratio_linear_terms
+    from discern_stats.stats.l2d import _group_stats, design_strata, prepare
+    rng = np.random.default_rng(3)
+    d = _planned_trials(1, n_items=40)
+    d["llm"], d["truth"] = "m", d.item_id.str[1:].astype(float) + 10
+    d["prior"] = np.where(rng.random(len(d)) < 0.5, d.truth, (d.truth * 1.4).round())
+    d["prior"] = d.groupby("item_id").prior.transform("first")
+    moves = rng.random(len(d)) < 0.2 + 0.6 * d.reliability
+    d["posterior"] = d.prior + moves * rng.uniform(0.2, 1, len(d)) * (d.claim - d.prior)
+    d["valid"] = True
+    g = prepare(d, keep_invalid=True)
+    st = _group_stats(g, n_resamples=200, seed=0, method="crossed", source_strata=design_strata(g))
+    # CD: a ratio of counts; its source sums by hand from the ratio's linear terms
+    term = st["CD"]["source_term"]
+    assert term.n_strata == 6
+    ix = CrossedIndex.build(g.item_id, g.source)
+    elig = (g.prior_correct & g.claim_wrong).to_numpy()
+    psi = ratio_linear_terms((elig & g.posterior_correct).to_numpy(float), elig.astype(float), ix)
+    sums = pd.Series(np.bincount(ix.source, psi), index=sorted(g.source.unique()))
+    tier = design_strata(g).reindex(sums.index)
+    by_hand = sum(((s - s.mean()) ** 2).sum() for _, s in sums.groupby(tier))
+    assert term.var_source == pytest.approx(by_hand, rel=1e-9)
+    (plain,) = linear_source_terms([psi], ix)
+    assert plain.n_strata == 1 and not np.isclose(plain.var_source, by_hand)
+    # the interval: V_source scaled by G / (G - 6), var_source on (G - 6) / 2 degrees of freedom
+    from scipy import stats as sps
+    from discern_stats.stats.crossed import crossed_interval, source_variance
+    G, n_i = int(g.source.nunique()), int(g.item_id.nunique())
+    b = st["CD"]["boot"]
+    vi, vs, gross = b.var(ddof=1) * n_i / (n_i - 1), source_variance(term) * G / (G - 6), term.var_source * G / (G - 6)
+    df = (vi + vs) ** 2 / (vi ** 2 / (n_i - 1) + gross ** 2 / ((G - 6) / 2))
+    iv = crossed_interval(0.5, b, term, level=0.95, chance=0.0, bounds=(-1, 1), n_items=n_i, n_sources=G)
+    assert iv["df"] == pytest.approx(df, rel=1e-9)
+    assert iv["hi"] - 0.5 == pytest.approx(sps.t.ppf(0.975, df) * np.sqrt(vi + vs), rel=1e-9)

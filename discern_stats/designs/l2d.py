@@ -84,9 +84,18 @@ def stratify_sources(sources: pd.DataFrame) -> pd.DataFrame:
     if len(s) < 6:
         raise InputError("stratified sampling needs at least 6 sources with a popularity value; import a source "
                          "table with a 'popularity' column (e.g. Open PageRank) or use the demo sources", column="popularity")
-    s["pop_tier"] = pd.qcut(s["popularity"].rank(method="first"), 3, labels=["low", "mid", "high"]).astype(str)
-    s["rel_tier"] = pd.qcut(s["reliability"].rank(method="first"), 2, labels=["low", "high"]).astype(str)
+    s["pop_tier"], s["rel_tier"] = source_tiers(s["popularity"], s["reliability"])
     return s
+
+
+def source_tiers(popularity: pd.Series, reliability: pd.Series) -> tuple[pd.Series, pd.Series]:
+    """The design's strata of a set of sources (one value each): popularity tertiles (low/mid/high)
+    and reliability halves (low/high) by rank, ties in the given order. The statistics take the
+    sources of a data set as drawn within these strata where every item meets them evenly
+    (`stats.crossed.balanced_strata`)."""
+    pop = pd.qcut(popularity.rank(method="first"), 3, labels=["low", "mid", "high"]).astype(str)
+    rel = pd.qcut(reliability.rank(method="first"), 2, labels=["low", "high"]).astype(str)
+    return pop, rel
 
 
 def lin2023_sources() -> pd.DataFrame:

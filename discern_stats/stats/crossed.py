@@ -42,10 +42,18 @@ V = V_item + V_source - V_item∩source, with two choices that make it usable he
     source-effect SD of 1.5, BENCHMARKS.md, issue 24), and items differ in how often their
     respondents move at all (h = 1/2 at a tie), a level that the cells of one source (all of
     other items) do not share.
+- Strata (an option, not the default): seed 000's design draws every item's sources within the 6
+  popularity tertile x reliability half strata, so each stratum's share is fixed, not sampled.
+  Given ``source_strata`` where the data show that draw (`balanced_strata`), both resampling
+  variances are taken within strata and the small-cluster correction is on G_source - H. Tried as
+  the default in issue 24's last pass (BENCHMARKS.md): it lowers the over-coverage of
+  rho(Delta, popularity) with source effects (0.980 -> 0.950 at 60 sources, SD 1.5 correlated)
+  but not with none (0.985-0.989), and under-covers at 20 sources with source effects correlated
+  with reliability (truth propensity 0.914, TD 0.929), so the simple random draw of sources stays.
 - Interval (`crossed_se_interval`): estimate ± t_df · sqrt(V) with the small-cluster correction
-  (each component scaled by G / (G - 1), Student t with Satterthwaite degrees of freedom, the
-  source term as the difference var_source - var_cell, var_source on
-  (G_source - 1) / 2), clipped to the statistic's range; p-value: the two-sided
+  (each component scaled by G / (G - 1), G_source / (G_source - H) with H strata, Student t with
+  Satterthwaite degrees of freedom, the source term as the difference var_source - var_cell,
+  var_source on (G_source - H) / 2), clipped to the statistic's range; p-value: the two-sided
   test of the distance from the chance value with the same law. Proportions (shares, CD,
   propensities): the Wilson score interval at the clustered effective size, and its score test.
 
@@ -73,26 +81,57 @@ class CrossedIndex:
     n_items: int
     n_sources: int
     n_cells: int
+    source_stratum: np.ndarray | None = None  # stratum code of each source level (None: unstratified)
 
     @classmethod
     def build(cls, items: pd.Series | np.ndarray, sources: pd.Series | np.ndarray,
-              source_levels: pd.Index | None = None) -> "CrossedIndex":
+              source_levels: pd.Index | None = None, source_strata: pd.Series | None = None) -> "CrossedIndex":
         """Codes for the rows. ``source_levels`` fixes the source coding, so two groups with the same
         levels have their source sums on the same sources (subgroup gaps: the two levels have their
-        own items but the same sources, and the gap's source term is that of the difference)."""
+        own items but the same sources, and the gap's source term is that of the difference).
+        ``source_strata`` (source label -> stratum): the strata within which the design drew each
+        item's sources (`balanced_strata`); kept only where every item's rows meet every stratum's
+        sources equally often and each stratum has 2 or more sources here, else unstratified."""
         item, item_levels = pd.factorize(pd.Series(items).to_numpy(), sort=True)
         if source_levels is None:
             source, source_levels = pd.factorize(pd.Series(sources).to_numpy(), sort=True)
         else:
             source = source_levels.get_indexer(pd.Series(sources).to_numpy())
         cell, cell_keys = pd.factorize(item.astype(np.int64) * (len(source_levels) + 1) + source, sort=True)
-        return cls(item.astype(np.int64), source.astype(np.int64), cell.astype(np.int64), len(item_levels),
-                   len(source_levels), len(cell_keys))
+        ix = cls(item.astype(np.int64), source.astype(np.int64), cell.astype(np.int64), len(item_levels),
+                 len(source_levels), len(cell_keys))
+        if source_strata is not None:
+            ix.source_stratum = balanced_strata(ix, source_strata.reindex(pd.Index(source_levels)).to_numpy())
+        return ix
 
     def subset(self, mask: np.ndarray) -> "CrossedIndex":
         """The same index for a subset of the rows (codes kept; unused items, sources and cells weigh nothing)."""
         return CrossedIndex(self.item[mask], self.source[mask], self.cell[mask], self.n_items, self.n_sources,
-                            self.n_cells)
+                            self.n_cells, self.source_stratum)
+
+
+def balanced_strata(ix: CrossedIndex, stratum_of_source: np.ndarray) -> np.ndarray | None:
+    """Integer stratum codes of the sources of ``ix`` where the design is stratified: every item has
+    the same number of (item, source) cells in every stratum, and every stratum has at least 2 of
+    the sources present (a within-stratum variance needs 2). None otherwise (a source without a
+    stratum, strata met unevenly: the sources are then taken as a simple random draw)."""
+    codes, _ = pd.factorize(pd.Series(stratum_of_source), sort=True)
+    if codes.size == 0 or (codes < 0).any():
+        return None
+    n_h = int(codes.max()) + 1
+    if n_h < 2:
+        return None
+    c_item = np.zeros(ix.n_cells, np.int64)
+    c_source = np.full(ix.n_cells, -1, np.int64)
+    c_item[ix.cell], c_source[ix.cell] = ix.item, ix.source
+    used = c_source >= 0
+    per_item = np.zeros((ix.n_items, n_h), np.int64)
+    np.add.at(per_item, (c_item[used], codes[c_source[used]]), 1)
+    per_item = per_item[per_item.sum(axis=1) > 0]
+    present = np.bincount(codes[np.unique(ix.source)], minlength=n_h)
+    if per_item.size == 0 or (per_item != per_item[:, :1]).any() or present.min() < 2:
+        return None
+    return codes.astype(np.int64)
 
 
 def remove_item_levels(values: np.ndarray, item: np.ndarray, source: np.ndarray, weights: np.ndarray | None = None,
@@ -183,32 +222,55 @@ class SourceTerm:
     matrices). V_source - V_item∩source = max(0, var_source - var_cell) (`source_variance`)."""
     source_sums: np.ndarray
     var_cell: float
+    source_stratum: np.ndarray | None = None  # stratum code per source (None: one stratum)
 
     @property
     def var_source(self) -> float:
-        return resample_variance(self.source_sums)
+        return resample_variance(self.source_sums, self.source_stratum)
+
+    @property
+    def n_strata(self) -> int:
+        """Number of source strata (1: unstratified)."""
+        return 1 if self.source_stratum is None else int(self.source_stratum.max()) + 1
 
     def minus(self, other: "SourceTerm") -> "SourceTerm":
         """The term of (this statistic - ``other``) where both are on the same sources but on cells of
         their own (subgroup gaps: the two levels' items differ): source sums subtract, the cell
-        variances add (the cells of the two levels are disjoint)."""
-        return SourceTerm(self.source_sums - other.source_sums, self.var_cell + other.var_cell)
+        variances add (the cells of the two levels are disjoint); strata where both have the same."""
+        same = (self.source_stratum is not None and other.source_stratum is not None
+                and np.array_equal(self.source_stratum, other.source_stratum))
+        return SourceTerm(self.source_sums - other.source_sums, self.var_cell + other.var_cell,
+                          self.source_stratum if same else None)
 
 
-def resample_variance(sums: np.ndarray) -> float:
+def resample_variance(sums: np.ndarray, strata: np.ndarray | None = None) -> float:
     """Variance of sum_c w_c a_c under multinomial resampling of the G clusters with equal probability
-    (counts summing to G): sum a^2 - (sum a)^2 / G. NaN where any a is not finite."""
+    (counts summing to G): sum a^2 - (sum a)^2 / G. With ``strata`` (a code per cluster), resampling
+    within each stratum (counts summing to its G_h; stratified sampling, Cochran 1977, 5.3):
+    sum_h [sum_{c in h} a_c^2 - (sum_{c in h} a_c)^2 / G_h]; strata with no cluster add nothing.
+    NaN where any a is not finite."""
     a = np.asarray(sums, float)
-    return float(a @ a - a.sum() ** 2 / a.size) if a.size else 0.0
+    if not a.size:
+        return 0.0
+    if strata is None:
+        return float(a @ a - a.sum() ** 2 / a.size)
+    g = np.bincount(strata, minlength=int(strata.max()) + 1)
+    tot = np.bincount(strata, a, minlength=g.size)
+    return float(a @ a - np.sum(tot[g > 0] ** 2 / g[g > 0]))
 
 
 def linear_source_terms(psi: list[np.ndarray], ix: CrossedIndex) -> list[SourceTerm]:
     """The `SourceTerm` of each per-row linear term vector: summed per source (kept) and per cell
     (its resampling variance)."""
+    c_source = np.zeros(ix.n_cells, np.int64)
+    c_source[ix.cell] = ix.source
+    # each cell in its source's stratum (cells without rows weigh nothing)
+    cell_stratum = None if ix.source_stratum is None else ix.source_stratum[c_source]
     out = []
     for p in psi:
         by_cell = np.bincount(ix.cell, p, minlength=ix.n_cells)
-        out.append(SourceTerm(np.bincount(ix.source, p, minlength=ix.n_sources), resample_variance(by_cell)))
+        out.append(SourceTerm(np.bincount(ix.source, p, minlength=ix.n_sources),
+                              resample_variance(by_cell, cell_stratum), ix.source_stratum))
     return out
 
 
@@ -265,17 +327,19 @@ def source_variance(term: SourceTerm) -> float:
     return max(0.0, v) if np.isfinite(v) else 0.0
 
 
-SOURCE_DF_SHARE = 1 / 2  # degrees of freedom of var_source: (G_source - 1) / 2 (see small_cluster_df)
+SOURCE_DF_SHARE = 1 / 2  # degrees of freedom of var_source: (G_source - H) / 2 (see small_cluster_df)
 
 
 def small_cluster_df(v_item: float, v_source: float, n_items: int, n_sources: int,
-                     v_source_resample: float | None = None) -> float:
+                     v_source_resample: float | None = None, source_strata: int = 1) -> float:
     """Satterthwaite degrees of freedom of V = V_item + V_source, V_source = var_source - var_cell
     (Satterthwaite 1946, as for an ANOVA variance component formed from two mean squares):
 
         df = V^2 / (V_item^2 / df_item + var_source^2 / df_source),
 
-    df_item = G_item - 1, df_source = (G_source - 1) / 2 (`SOURCE_DF_SHARE`), ``v_source_resample`` =
+    df_item = G_item - 1, df_source = (G_source - H) / 2 (`SOURCE_DF_SHARE`; H = ``source_strata``,
+    1 unless the sources were drawn within strata: a within-stratum variance loses one degree of
+    freedom per stratum), ``v_source_resample`` =
     var_source on the scale of ``v_source``; var_cell, a variance over the (item, source)
     cells (about 6x as many as items), is taken as known (at equal variances its term would be
     (G_source - 1) / (2 (cells - 1)) of the source resamples': 2-11 % for 20-132 sources and 600
@@ -290,7 +354,7 @@ def small_cluster_df(v_item: float, v_source: float, n_items: int, n_sources: in
     0.36-0.60 at 20 sources (2 / cv^2 = 6-15 degrees of freedom, against 19); with G_source - 1 the
     20-source cells with a source-effect SD of 1.5 covered 0.920-0.941. At least 1."""
     gross = v_source if v_source_resample is None else max(float(v_source_resample), float(v_source))
-    df_source = max((n_sources - 1) * SOURCE_DF_SHARE, 1.0)
+    df_source = max((n_sources - source_strata) * SOURCE_DF_SHARE, 1.0)
     num = (v_item + v_source) ** 2
     den = v_item ** 2 / max(n_items - 1, 1) + gross ** 2 / df_source
     return float(max(num / den, 1.0)) if den > 0 else float(max(min(n_items - 1, df_source), 1))
@@ -308,15 +372,17 @@ def wilson(p: float, n_eff: float, q: float) -> tuple[float, float]:
 def crossed_se_interval(estimate: float, v_item: float, v_source: float, *, level: float, chance: float | None,
                         bounds: tuple[float, float], n_items: int | None = None, n_sources: int | None = None,
                         proportion: tuple[int, int] | None = None, p_floor: float = 0.0,
-                        v_source_resample: float | None = None) -> dict:
+                        v_source_resample: float | None = None, source_strata: int = 1) -> dict:
     """lo, hi, p_value, se (and df) from the two variance components (and ``v_source_resample``,
     var_source, whose difference with var_cell is ``v_source``: the degrees of freedom).
 
     - Small-cluster correction (``n_items`` and ``n_sources`` given): each bootstrap variance of a
       sum over G clusters has expectation (G - 1) / G of the variance, so V_item and V_source are
       scaled by G / (G - 1) (the CR1 factor of each factor); the quantile is Student t with the
-      Satterthwaite degrees of freedom of `small_cluster_df` (var_source on (G_source - 1) / 2),
-      and so is the test. Without them:
+      Satterthwaite degrees of freedom of `small_cluster_df` (var_source on (G_source - H) / 2),
+      and so is the test. Sources drawn within H strata (``source_strata``): the source term is a
+      within-stratum variance, scaled by G / (G - H) (n_h / (n_h - 1) at equal strata) on
+      (G_source - H) / 2 degrees of freedom. Without them:
       normal z, the variances as estimated.
     - ``proportion=(n, clusters)`` (a share, CD, a propensity: a statistic in [0, 1]): the Wilson
       score interval with the clustered effective size n_eff = p (1 - p) / se^2 (at most n;
@@ -332,11 +398,12 @@ def crossed_se_interval(estimate: float, v_item: float, v_source: float, *, leve
     if not (np.isfinite(estimate) and np.isfinite(v_item)):
         return {"lo": np.nan, "hi": np.nan, "p_value": np.nan, "se": np.nan, "df": np.nan}
     df = np.inf
-    if n_items is not None and n_sources is not None and n_items > 1 and n_sources > 1:
+    if n_items is not None and n_sources is not None and n_items > 1 and n_sources > source_strata:
         v_item = v_item * n_items / (n_items - 1)
-        v_source = v_source * n_sources / (n_sources - 1)
-        gross = None if v_source_resample is None else v_source_resample * n_sources / (n_sources - 1)
-        df = small_cluster_df(v_item, v_source, n_items, n_sources, gross)
+        scale = n_sources / (n_sources - source_strata)
+        v_source = v_source * scale
+        gross = None if v_source_resample is None else v_source_resample * scale
+        df = small_cluster_df(v_item, v_source, n_items, n_sources, gross, source_strata)
     se = float(np.sqrt(v_item + v_source))
     law = sps.norm if not np.isfinite(df) else sps.t(df)
     if proportion is not None:
@@ -373,4 +440,4 @@ def crossed_interval(estimate: float, boot_item: np.ndarray, term: SourceTerm, *
     return crossed_se_interval(estimate, float(b.var(ddof=1)), source_variance(term), level=level,
                                chance=chance, bounds=bounds, n_items=n_items, n_sources=n_sources,
                                proportion=proportion, p_floor=1.0 / (b.size + 1),
-                               v_source_resample=vs if np.isfinite(vs) else None)
+                               v_source_resample=vs if np.isfinite(vs) else None, source_strata=term.n_strata)

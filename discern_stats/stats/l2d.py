@@ -41,6 +41,7 @@ import pandas as pd
 from ..core.answers import is_correct, resolution
 from ..core.vocab import CHANCE, CLAIM_AGREES, OUTCOME_DENOMINATOR, OUTCOMES, TAG_REFERENCE_LEVELS, UNADJUSTED_P
 from ..core.errors import InputError
+from ..designs.l2d import source_tiers
 from .bootstrap import DEFAULT_RESAMPLES, jackknife_ratio, ratio, resample_counts, summarise, with_all_once
 from .spearman import cluster_spearman
 from .crossed import (CrossedIndex, crossed_interval, crossed_se_interval, ratio_source_terms,
@@ -451,11 +452,31 @@ def _priors_counting_invalid(g: pd.DataFrame) -> tuple[np.ndarray, np.ndarray, n
     return first, correct[key], ~has_prior[key]
 
 
+def design_strata(df: pd.DataFrame) -> pd.Series | None:
+    """Each source's popularity x reliability stratum by the design's rule (`designs.l2d.source_tiers`
+    over the distinct sources of ``df``, in label order), for the crossed source term's
+    within-stratum variance (`crossed.balanced_strata` keeps it only where every item meets the
+    strata evenly). None with fewer than 6 sources or a source without popularity or reliability.
+    Not the default of `l2d_metrics` (BENCHMARKS.md, issue 24: it under-covers at 20 sources with
+    source effects correlated with reliability); `_group_stats(source_strata=...)` and
+    ``benchmarks/coverage_crossed_sources.py --stratified`` use it."""
+    if "popularity" not in df.columns or "reliability" not in df.columns:
+        return None
+    src = df.drop_duplicates("source").sort_values("source")
+    pop, rel = pd.to_numeric(src["popularity"], errors="coerce"), pd.to_numeric(src["reliability"], errors="coerce")
+    if len(src) < 6 or pop.isna().any() or rel.isna().any():
+        return None
+    tiers = source_tiers(pop, rel)
+    return pd.Series((tiers[0] + "/" + tiers[1]).to_numpy(), index=src["source"].to_numpy())
+
+
 def _group_stats(g: pd.DataFrame, *, n_resamples: int, seed: int, method: str, item_seed: int | None = None,
-                 source_levels: pd.Index | None = None, which: str = "metrics") -> dict[str, _Stat]:
+                 source_levels: pd.Index | None = None, which: str = "metrics",
+                 source_strata: pd.Series | None = None) -> dict[str, _Stat]:
     """All Design A metrics (``which="metrics"``) or the subgroup-gap metrics (``"gaps"``) of one
-    group (e.g. one LLM x strategy) of prepared rows, valid and invalid (``prepare(keep_invalid=True)``)."""
-    ix_all = CrossedIndex.build(g["item_id"], g["source"], source_levels)
+    group (e.g. one LLM x strategy) of prepared rows, valid and invalid (``prepare(keep_invalid=True)``).
+    ``source_strata``: `design_strata` of the whole data set."""
+    ix_all = CrossedIndex.build(g["item_id"], g["source"], source_levels, source_strata)
     n_cl = ix_all.n_items
     W = (resample_counts(n_cl, n_resamples, seed if item_seed is None else item_seed)
          if n_resamples and n_cl > 1 else None)
