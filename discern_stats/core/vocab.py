@@ -6,6 +6,8 @@ imports them from here; no other module spells a condition code.
 
 from __future__ import annotations
 
+import pandas as pd
+
 # ================================================================ Design A (seed 000)
 STRATEGIES: tuple[str, ...] = ("zero-shot", "CoT", "Reliability", "Bayesian", "Defense")
 # what the strategies' prompts (designs.l2d.SYSTEM_PROMPTS) ask for, read by the strict parse: CoT and
@@ -200,3 +202,14 @@ MODEL_LABELS: dict[str, str] = {"cue": "Cue weights", "discernment": "Discernmen
 OUTCOME_GROUP_LABELS: dict[str, str] = {"good": "Good", "neutral": "Neutral", "bad": "Bad"}
 SUBGROUP_TAG_LABELS: dict[str, str] = {"era": "Era", "oecd": "OECD member"}
 SIMULATOR_TAG = " (simulator)"  # after a synthetic respondent's name, wherever it appears
+
+
+def source_tiers(popularity: pd.Series, reliability: pd.Series) -> tuple[pd.Series, pd.Series]:
+    """The design's strata of a set of sources (one value each): popularity tertiles (low/mid/high)
+    and reliability halves (low/high) by rank, ties in the given order. The statistics take the
+    sources of a data set as drawn within these strata where every item meets them evenly
+    (`stats.crossed.balanced_strata`). Design A's vocabulary: the planner
+    (`designs.l2d.stratify_sources`) and the statistics (`stats.l2d.design_strata`) both use it."""
+    pop = pd.qcut(popularity.rank(method="first"), 3, labels=["low", "mid", "high"]).astype(str)
+    rel = pd.qcut(reliability.rank(method="first"), 2, labels=["low", "high"]).astype(str)
+    return pop, rel

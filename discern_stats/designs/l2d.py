@@ -24,7 +24,7 @@ from typing import Any
 import pandas as pd
 
 from ..core.answers import claim_text
-from ..core.vocab import FACTORS, STRATEGIES
+from ..core.vocab import FACTORS, STRATEGIES, source_tiers
 from ..core.errors import InputError
 from ..core.vocab import JSON_LAST_LINE_STRATEGIES, RATING_STRATEGY  # noqa: F401  (what the prompts ask for)
 from ..core.keys import l2d_posterior_key, l2d_prior_key
@@ -87,15 +87,6 @@ def stratify_sources(sources: pd.DataFrame) -> pd.DataFrame:
     s["pop_tier"], s["rel_tier"] = source_tiers(s["popularity"], s["reliability"])
     return s
 
-
-def source_tiers(popularity: pd.Series, reliability: pd.Series) -> tuple[pd.Series, pd.Series]:
-    """The design's strata of a set of sources (one value each): popularity tertiles (low/mid/high)
-    and reliability halves (low/high) by rank, ties in the given order. The statistics take the
-    sources of a data set as drawn within these strata where every item meets them evenly
-    (`stats.crossed.balanced_strata`)."""
-    pop = pd.qcut(popularity.rank(method="first"), 3, labels=["low", "mid", "high"]).astype(str)
-    rel = pd.qcut(reliability.rank(method="first"), 2, labels=["low", "high"]).astype(str)
-    return pop, rel
 
 
 def lin2023_sources() -> pd.DataFrame:

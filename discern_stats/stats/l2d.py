@@ -39,9 +39,9 @@ import numpy as np
 import pandas as pd
 
 from ..core.answers import is_correct, resolution
-from ..core.vocab import CHANCE, CLAIM_AGREES, OUTCOME_DENOMINATOR, OUTCOMES, TAG_REFERENCE_LEVELS, UNADJUSTED_P
+from ..core.vocab import (CHANCE, CLAIM_AGREES, OUTCOME_DENOMINATOR, OUTCOMES, TAG_REFERENCE_LEVELS, UNADJUSTED_P,
+                          source_tiers)
 from ..core.errors import InputError
-from ..designs.l2d import source_tiers
 from .bootstrap import DEFAULT_RESAMPLES, jackknife_ratio, ratio, resample_counts, summarise, with_all_once
 from .spearman import cluster_spearman
 from .crossed import (CrossedIndex, crossed_interval, crossed_se_interval, ratio_source_terms,
@@ -453,7 +453,7 @@ def _priors_counting_invalid(g: pd.DataFrame) -> tuple[np.ndarray, np.ndarray, n
 
 
 def design_strata(df: pd.DataFrame) -> pd.Series | None:
-    """Each source's popularity x reliability stratum by the design's rule (`designs.l2d.source_tiers`
+    """Each source's popularity x reliability stratum by the design's rule (`core.vocab.source_tiers`
     over the distinct sources of ``df``, in label order), for the crossed source term's
     within-stratum variance (`crossed.balanced_strata` keeps it only where every item meets the
     strata evenly). None with fewer than 6 sources or a source without popularity or reliability.
