@@ -88,7 +88,6 @@ def stratify_sources(sources: pd.DataFrame) -> pd.DataFrame:
     return s
 
 
-
 def lin2023_sources() -> pd.DataFrame:
     """Lin et al. (2023) PC1 news-domain quality ratings, 11,520 domains (``domain``, ``pc1`` in
     [0, 1]); provenance and licence in ``discern_stats/data/README.md``. Cite: Lin, H., Lasser, J.,

@@ -109,6 +109,13 @@ class CrossedIndex:
         return CrossedIndex(self.item[mask], self.source[mask], self.cell[mask], self.n_items, self.n_sources,
                             self.n_cells, self.source_stratum)
 
+    def cell_levels(self) -> tuple[np.ndarray, np.ndarray]:
+        """(item code, source code) of each cell (cells without rows here: item 0, source -1)."""
+        c_item = np.zeros(self.n_cells, np.int64)
+        c_source = np.full(self.n_cells, -1, np.int64)
+        c_item[self.cell], c_source[self.cell] = self.item, self.source
+        return c_item, c_source
+
 
 def balanced_strata(ix: CrossedIndex, stratum_of_source: np.ndarray) -> np.ndarray | None:
     """Integer stratum codes of the sources of ``ix`` where the design is stratified: every item has
@@ -121,9 +128,7 @@ def balanced_strata(ix: CrossedIndex, stratum_of_source: np.ndarray) -> np.ndarr
     n_h = int(codes.max()) + 1
     if n_h < 2:
         return None
-    c_item = np.zeros(ix.n_cells, np.int64)
-    c_source = np.full(ix.n_cells, -1, np.int64)
-    c_item[ix.cell], c_source[ix.cell] = ix.item, ix.source
+    c_item, c_source = ix.cell_levels()
     used = c_source >= 0
     per_item = np.zeros((ix.n_items, n_h), np.int64)
     np.add.at(per_item, (c_item[used], codes[c_source[used]]), 1)
@@ -262,10 +267,9 @@ def resample_variance(sums: np.ndarray, strata: np.ndarray | None = None) -> flo
 def linear_source_terms(psi: list[np.ndarray], ix: CrossedIndex) -> list[SourceTerm]:
     """The `SourceTerm` of each per-row linear term vector: summed per source (kept) and per cell
     (its resampling variance)."""
-    c_source = np.zeros(ix.n_cells, np.int64)
-    c_source[ix.cell] = ix.source
-    # each cell in its source's stratum (cells without rows weigh nothing)
-    cell_stratum = None if ix.source_stratum is None else ix.source_stratum[c_source]
+    cell_stratum = None
+    if ix.source_stratum is not None:  # each cell in its source's stratum (cells without rows weigh nothing)
+        cell_stratum = ix.source_stratum[np.maximum(ix.cell_levels()[1], 0)]
     out = []
     for p in psi:
         by_cell = np.bincount(ix.cell, p, minlength=ix.n_cells)
