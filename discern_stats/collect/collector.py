@@ -35,7 +35,7 @@ from .planning import PreparedRun, open_trials
 from .providers import (build_chat_model, close_chat_model, endpoint, error_type, http_status, is_retryable,
                         request_kwargs)
 from .queue import (NO_OUTCOME, NO_OUTCOME_TEXT, NOT_SENT, LeaseKeeper, awake_clock, claim, collector_id,
-                    release_orphan_claims)
+                    count_claimable, release_orphan_claims)
 from .ratelimit import AdaptiveLimit, retry_after_s
 from .spec import LLMSpec, RetryPolicy, RunSpec
 from .writer import ResultWriter
@@ -379,6 +379,7 @@ class Collector:
                     self.budget.give_back(want - len(jobs))
             if jobs:
                 orphans_checked = False
+                st.pop("locked_since", None)
                 self.leases.hold(jobs, claimed_at)
                 st["running"] += len(jobs)
                 st["unflushed"] += len(jobs)
@@ -393,6 +394,9 @@ class Collector:
                     orphans_checked = True
                     await asyncio.to_thread(self._give_back_orphans, llm_id)
                     continue
+                if want > 0 and not stop and await self._locked_elsewhere(m, llm_id, st):
+                    orphans_checked = False
+                    continue
                 break
             st["event"].clear()
             try:
@@ -402,6 +406,32 @@ class Collector:
         for _ in workers:
             queue.put_nowait(None)
         await asyncio.gather(*workers)
+
+    async def _locked_elsewhere(self, m: LLMSpec, llm_id: int, st: dict[str, Any]) -> bool:
+        """True (after a 0.5 s wait) where `claim` found nothing although trials of this LLM are still
+        claimable (`queue.count_claimable`): another database session holds them in an open
+        transaction (``SKIP LOCKED`` passes them over), e.g. the backend of a connection that dropped
+        mid-claim and that the server has not noticed yet; when it does, the claim rolls back and the
+        trials are pending again. Before, the collector ended there and left them pending (issue 24's
+        note, test_a_postgres_restart_mid_run_loses_nothing). Waits up to ``database_patience_s`` in
+        all, then warns (one line naming the count) and lets the run end: a later run collects them."""
+        try:
+            left = await asyncio.to_thread(self._db, count_claimable, self.db, llm_id, self.spec.retry_failed)
+        except DatabaseAway as exc:
+            self.database_away = self.database_away or str(exc)
+            return False
+        if not left:
+            st.pop("locked_since", None)
+            return False
+        since = st.setdefault("locked_since", time.monotonic())
+        if time.monotonic() - since > self.spec.database_patience_s:
+            import warnings
+            warnings.warn(f"{m.name}: {left:,} trial(s) stayed locked by another database session for "
+                          f"{self.spec.database_patience_s:g} s (database_patience_s; an open transaction of a "
+                          f"dropped connection?); they stay pending for the next run", stacklevel=2)
+            return False
+        await asyncio.sleep(0.5)
+        return True
 
     async def _execute(self, m: LLMSpec, model: Any, job: dict[str, Any]) -> None:
         spec = self.spec

@@ -131,6 +131,34 @@ def release_orphan_claims(db: TrialDB, llm_id: int, me: str) -> int:
 ORPHAN_CLAIM_TEXT = "not sent: the database connection dropped as the claim committed, and the claim was given back"
 
 
+def count_claimable(db: TrialDB, llm_id: int, retry_failed: bool = False) -> int:
+    """Trials of ``llm_id`` that `claim` would take if no other transaction held a lock on them (the
+    same eligibility, without ``SKIP LOCKED``: a plain read sees the committed state and waits on no
+    lock). Where `claim` finds nothing but this is not 0, another database session holds those rows
+    in an open transaction: another collector's claim about to commit, or the backend of a dropped
+    connection that the server has not yet noticed (idle in transaction; its changes roll back when
+    it does, and the trials are pending again)."""
+    T, R = Trial.__table__, Request.__table__
+    with db.engine.connect() as conn:
+        return int(conn.execute(sa.select(sa.func.count()).select_from(T.join(R, T.c.request_id == R.c.id))
+                                .where(*_eligible(utcnow(), retry_failed, llm_id))).scalar_one())
+
+
+def _eligible(now: Any, retry_failed: bool, llm_id: Any) -> list[Any]:
+    """The WHERE clauses of a claimable trial of ``llm_id`` (a row of trial JOIN request): pending, or
+    claimed under a lease that ended before ``now`` (or failed, with ``retry_failed``); a posterior
+    only once its prior is done."""
+    T, R = Trial.__table__, Request.__table__
+    P, PR = T.alias("p"), R.alias("pr")
+    states = [T.c.state == "pending", sa.and_(T.c.state == "claimed", T.c.lease_until < now)]
+    if retry_failed:
+        states.append(T.c.state == "failed")
+    prior_done = (sa.select(P.c.id).select_from(P.join(PR, P.c.request_id == PR.c.id))
+                  .where(PR.c.key == R.c.parent_key, P.c.llm_id == T.c.llm_id, P.c.repeat == T.c.repeat,
+                         P.c.state == "done").exists())
+    return [T.c.llm_id == llm_id, sa.or_(*states), sa.or_(R.c.stage.is_(None), R.c.stage != "posterior", prior_done)]
+
+
 @functools.cache
 def _claim_statements(retry_failed: bool) -> tuple[Any, Any, Any, Any]:
     """The statements of `claim`, built once with bound parameters (SQLAlchemy then reuses
@@ -141,15 +169,8 @@ def _claim_statements(retry_failed: bool) -> tuple[Any, Any, Any, Any]:
     T, R = Trial.__table__, Request.__table__
     P, PR = T.alias("p"), R.alias("pr")
     now = sa.bindparam("b_now", type_=T.c.lease_until.type)  # b_: column names are reserved in UPDATE
-    states = [T.c.state == "pending", sa.and_(T.c.state == "claimed", T.c.lease_until < now)]
-    if retry_failed:
-        states.append(T.c.state == "failed")
-    prior_done = (sa.select(P.c.id).select_from(P.join(PR, P.c.request_id == PR.c.id))
-                  .where(PR.c.key == R.c.parent_key, P.c.llm_id == T.c.llm_id, P.c.repeat == T.c.repeat,
-                         P.c.state == "done").exists())
     sub = (sa.select(T.c.id).select_from(T.join(R, T.c.request_id == R.c.id))
-           .where(T.c.llm_id == sa.bindparam("b_llm"), sa.or_(*states),
-                  sa.or_(R.c.stage.is_(None), R.c.stage != "posterior", prior_done))
+           .where(*_eligible(now, retry_failed, sa.bindparam("b_llm")))
            .order_by(T.c.id).limit(sa.bindparam("b_n")).with_for_update(skip_locked=True, of=T))
     claim_ids = (sa.update(T).where(T.c.id.in_(sub.scalar_subquery()))
                  .values(state="claimed", claimed_by=sa.bindparam("b_me"), lease_until=sa.bindparam("b_lease"))
