@@ -234,6 +234,7 @@ def main() -> None:
     ap.add_argument("--summarise", default=None)
     ap.add_argument("--stratified", action="store_true",
                     help="source term within the design's popularity x reliability strata (crossed.balanced_strata)")
+    ap.add_argument("--raw-terms", action="store_true", help="EXPERIMENT: linear terms without item levels removed")
     ap.add_argument("--detail", action="store_true", help="bias, variance ratio, source share and df per metric")
     ap.add_argument("--previous-df", action="store_true",
                     help="also the small-cluster interval with the degrees of freedom before (source term on (G-1)/3)")
@@ -243,6 +244,9 @@ def main() -> None:
     if args.df_share is not None:
         from discern_stats.stats import crossed
         crossed.SOURCE_DF_SHARE = args.df_share
+    if args.raw_terms:
+        from discern_stats.stats import crossed
+        crossed.REMOVE_ITEM_LEVELS = False
     if args.summarise:
         summarise(args.summarise, detail=args.detail, previous=args.previous_df)
     else:

@@ -139,6 +139,9 @@ def balanced_strata(ix: CrossedIndex, stratum_of_source: np.ndarray) -> np.ndarr
     return codes.astype(np.int64)
 
 
+REMOVE_ITEM_LEVELS = True  # EXPERIMENT (issue 24): linear terms less their item levels before the source term
+
+
 def remove_item_levels(values: np.ndarray, item: np.ndarray, source: np.ndarray, weights: np.ndarray | None = None,
                        iterations: int = 100, tol: float = 1e-12, cell: np.ndarray | None = None) -> np.ndarray:
     """values - weights * alpha_item, where alpha comes from the two-way additive fit
@@ -292,7 +295,7 @@ def ratio_linear_terms(num: np.ndarray, den: np.ndarray, ix: CrossedIndex, membe
     total = den.sum()
     theta = num.sum() / total
     psi = members * (num - theta * den) / total
-    if members == 1:
+    if members == 1 and REMOVE_ITEM_LEVELS:
         psi = remove_item_levels(psi, ix.item, ix.source, den / total, cell=ix.cell)
     return psi
 
@@ -308,6 +311,8 @@ def spearman_linear_terms(x: np.ndarray, ys: list[np.ndarray], ix: CrossedIndex)
     """Per-row linear terms of rho(x, y_k) for the source term: d rho / d w_r
     (`spearman.spearman_influences`), less their item levels (`remove_item_levels`), as for a ratio."""
     _, psis = spearman_influences(x, ys)
+    if not REMOVE_ITEM_LEVELS:
+        return psis
     return [remove_item_levels(p, ix.item, ix.source, cell=ix.cell) if np.all(np.isfinite(p)) else p for p in psis]
 
 
