@@ -412,7 +412,7 @@ class Collector:
         claimable (`queue.count_claimable`): another database session holds them in an open
         transaction (``SKIP LOCKED`` passes them over), e.g. the backend of a connection that dropped
         mid-claim and that the server has not noticed yet; when it does, the claim rolls back and the
-        trials are pending again. Before, the collector ended there and left them pending (issue 24's
+        trials are pending again. Before, the collector ended there and left them pending (stop 36's
         note, test_a_postgres_restart_mid_run_loses_nothing). Waits up to ``database_patience_s`` in
         all, then warns (one line naming the count) and lets the run end: a later run collects them."""
         try:
