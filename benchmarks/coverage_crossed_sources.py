@@ -13,7 +13,9 @@ U(0.2, 1) of the way to the claim; 3 % of trials are invalid.
 
 Source-effect settings: u_j ~ N(0, SD) for SD 0, 0.5, 1.5 independent of R, and SD 1.5 correlated
 with reliability (u_j = 1.5 (0.6 z_j + 0.8 e_j), z_j the standardised R_j: part of SD's signal then
-comes from the source effects). The truths (SD, TD, rho(Delta, popularity), both propensities) are
+comes from the source effects), and SD 1.5 correlated with popularity likewise ("1.5 corr. P": the
+source term of rho(Delta, popularity), taken within the design's strata, is then tested where its
+strata carry the effect). The truths (SD, TD, rho(Delta, popularity), both propensities) are
 the statistics of ``--truth-items`` items on a pool of ``--truth-pool`` sources (mean of 6 such
 draws per run, of all runs' draws when several result files are summarised together; their
 spread is printed), i.e. the superpopulation values over items and sources.
@@ -27,7 +29,7 @@ interval holds the truth; its Monte Carlo SE sqrt(c (1 - c) / sets) beside it.
     python benchmarks/coverage_crossed_sources.py --pools 20,60,132 --sets 300 --out /tmp/cov.npz
     python benchmarks/coverage_crossed_sources.py --pools 20 --settings '1.5 corr. R' --sets 1000 --out /tmp/c.npz
     python benchmarks/coverage_crossed_sources.py --summarise /tmp/c.npz --previous-df --detail
-    python benchmarks/coverage_crossed_sources.py --pools 20 --settings 0 --sets 1000 --stratified --out /tmp/s.npz
+    python benchmarks/coverage_crossed_sources.py --pools 20 --settings 0 --sets 1000 --unstratified --out /tmp/s.npz
     python benchmarks/coverage_crossed_sources.py --summarise /tmp/cov20.npz,/tmp/cov60.npz,/tmp/cov132.npz
 """
 
@@ -42,16 +44,31 @@ from scipy.special import expit
 
 FACTORS = np.array([1 / 3, 1 / 2, 1.0, 2.0, 3.0])
 METRICS = ["SD", "TD", "rho_pop", "rel_propensity", "truth_propensity"]
-SETTINGS = {"0": (0.0, False), "0.5": (0.5, False), "1.5": (1.5, False), "1.5 corr. R": (1.5, True)}
+SETTINGS = {"0": (0.0, False), "0.5": (0.5, False), "1.5": (1.5, False), "1.5 corr. R": (1.5, True),
+            "1.5 corr. P": (1.5, "popularity")}
 
 
-def make_pool(rng: np.random.Generator, n_sources: int, sd: float, correlated: bool) -> dict:
-    while True:  # a pool with at least 2 sources in each of the 6 strata (drawn again otherwise)
-        rel, pop = rng.uniform(size=n_sources), rng.uniform(size=n_sources)
-        stratum = np.digitize(pop, np.quantile(pop, [1 / 3, 2 / 3])) * 2 + (rel > np.median(rel))
-        if np.bincount(stratum, minlength=6).min() >= 2:
-            break
-    z = (rel - 0.5) / np.sqrt(1 / 12)
+def make_pool(rng: np.random.Generator, n_sources: int, sd: float, correlated: bool | str,
+              draw: str = "quantile") -> dict:
+    """One source pool. ``draw="quantile"``: reliability and popularity U(0, 1), the strata the pool's
+    own popularity tertiles x reliability halves (so their boundaries move with the pool; a pool with
+    fewer than 2 sources in a stratum is drawn again). ``draw="design"``: the package's plan
+    (`designs.l2d.source_pool`: n/6 sources from each stratum of the whole table, cut at fixed
+    thresholds): popularity U within its tertile (0-1/3, 1/3-2/3, 2/3-1), reliability U within its half,
+    n // 6 sources per stratum and the remainder in distinct strata drawn at random."""
+    if draw == "design":
+        sizes = np.full(6, n_sources // 6)
+        sizes[rng.choice(6, n_sources % 6, replace=False)] += 1
+        stratum = np.repeat(np.arange(6), sizes)
+        pop = (stratum // 2 + rng.uniform(size=n_sources)) / 3
+        rel = (stratum % 2 + rng.uniform(size=n_sources)) / 2
+    else:
+        while True:  # a pool with at least 2 sources in each of the 6 strata (drawn again otherwise)
+            rel, pop = rng.uniform(size=n_sources), rng.uniform(size=n_sources)
+            stratum = np.digitize(pop, np.quantile(pop, [1 / 3, 2 / 3])) * 2 + (rel > np.median(rel))
+            if np.bincount(stratum, minlength=6).min() >= 2:
+                break
+    z = ((pop if correlated == "popularity" else rel) - 0.5) / np.sqrt(1 / 12)
     e = rng.normal(size=n_sources)
     u = sd * (0.6 * z + 0.8 * e) if correlated else sd * e
     return {"rel": rel, "pop": pop, "u": u, "stratum": stratum}
@@ -78,15 +95,17 @@ def make_trials(rng: np.random.Generator, n_items: int, pool: dict) -> pd.DataFr
                          "prior": p1, "posterior": np.where(valid, P2, np.nan), "valid": valid})
 
 
-def components(df: pd.DataFrame, resamples: int, seed: int, stratified: bool = False) -> dict[str, tuple]:
+def components(df: pd.DataFrame, resamples: int, seed: int, unstratified: bool = False) -> dict[str, tuple]:
     """metric -> (estimate, item-bootstrap variance, source term, items, sources, n, var_source,
     var_cell) from the package (n: the statistic's count, e.g. pairs of a propensity: the Wilson
-    interval's size cap; the two resampling variances whose difference is the source term)."""
+    interval's size cap; the two resampling variances whose difference is the source term; the number
+    of source strata). The design's strata as `l2d_metrics` passes them (``unstratified``: none, every
+    source term as before issue 24's fourth pass)."""
     from discern_stats.stats.crossed import source_variance
     from discern_stats.stats.l2d import _group_stats, design_strata, prepare
     g = prepare(df, keep_invalid=True)
     st = _group_stats(g, n_resamples=resamples, seed=seed, method="crossed",
-                      source_strata=design_strata(g) if stratified else None)
+                      source_strata=None if unstratified else design_strata(g))
     out = {}
     for m in METRICS:
         s = st[m]
@@ -106,8 +125,10 @@ def replicate_variances(s: dict) -> tuple[float, float]:
     return float(s["source_term"].var_source), float(s["source_term"].var_cell)
 
 
-def truths(rng: np.random.Generator, sd: float, corr: bool, items: int, pool: int, draws: int = 6) -> np.ndarray:
-    vals = np.array([[v[0] for v in components(make_trials(rng, items, make_pool(rng, pool, sd, corr)), 0, 0)
+def truths(rng: np.random.Generator, sd: float, corr: bool, items: int, pool: int, draws: int = 6,
+           pool_draw: str = "quantile") -> np.ndarray:
+    vals = np.array([[v[0] for v in components(make_trials(rng, items, make_pool(rng, pool, sd, corr, pool_draw)),
+                                               0, 0)
                       .values()] for _ in range(draws)])
     return vals
 
@@ -121,14 +142,14 @@ def run(args: argparse.Namespace) -> None:
     res = {}
     for name in chosen:
         sd, corr = SETTINGS[name]
-        tv = truths(rng, sd, corr, args.truth_items, args.truth_pool)
+        tv = truths(rng, sd, corr, args.truth_items, args.truth_pool, pool_draw=args.pool_draw)
         res[f"truth|{name}"] = tv
         for G in pools:
             t0 = time.time()
             rows = []
             for s in range(args.sets):
-                df = make_trials(rng, args.items, make_pool(rng, G, sd, corr))
-                comp = components(df, args.resamples, s, args.stratified)
+                df = make_trials(rng, args.items, make_pool(rng, G, sd, corr, args.pool_draw))
+                comp = components(df, args.resamples, s, args.unstratified)
                 rows.append([comp[m] for m in METRICS])
             res[f"sets|{name}|{G}"] = np.array(rows, float)  # sets x metrics x 5
             print(f"SD {name}, pool {G}: {args.sets} sets in {time.time() - t0:.0f} s", flush=True)
@@ -232,9 +253,12 @@ def main() -> None:
     ap.add_argument("--settings", default=None, help="comma-separated source-effect settings (default: all): "
                     + ", ".join(SETTINGS))
     ap.add_argument("--summarise", default=None)
-    ap.add_argument("--stratified", action="store_true",
-                    help="source term within the design's popularity x reliability strata (crossed.balanced_strata)")
-    ap.add_argument("--raw-terms", action="store_true", help="EXPERIMENT: linear terms without item levels removed")
+    ap.add_argument("--pool-draw", choices=("quantile", "design"), default="quantile",
+                    help="quantile: strata cut at the pool's own tertiles / median; design: the package's plan, "
+                    "n/6 sources per stratum of fixed thresholds (make_pool)")
+    ap.add_argument("--unstratified", action="store_true",
+                    help="no design strata: every source term item-removed and unstratified (the default before "
+                    "issue 24's fourth pass; l2d.STRATIFIED_RHOS)")
     ap.add_argument("--detail", action="store_true", help="bias, variance ratio, source share and df per metric")
     ap.add_argument("--previous-df", action="store_true",
                     help="also the small-cluster interval with the degrees of freedom before (source term on (G-1)/3)")
@@ -244,9 +268,6 @@ def main() -> None:
     if args.df_share is not None:
         from discern_stats.stats import crossed
         crossed.SOURCE_DF_SHARE = args.df_share
-    if args.raw_terms:
-        from discern_stats.stats import crossed
-        crossed.REMOVE_ITEM_LEVELS = False
     if args.summarise:
         summarise(args.summarise, detail=args.detail, previous=args.previous_df)
     else:

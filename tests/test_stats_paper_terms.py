@@ -532,41 +532,109 @@ def test_design_strata_are_found_in_the_packages_plan_and_nowhere_else():
     assert design_strata(d.assign(popularity=np.where(d.source == d.source.iloc[0], np.nan, d.popularity))) is None
 
 
-def test_crossed_metrics_use_the_within_strata_source_term_on_a_stratified_plan():
-    """On the package's plan the source term of SD is the within-strata variance of its source sums
-    (hand: the sums re-derived from the linear terms and grouped by the design's tiers), scaled by
-    G / (G - 6) with (G - 6) / 2 degrees of freedom on the source part."""
-    from discern_stats.stats.crossed import CrossedIndex, linear_source_terms, ratio_linear_terms
-    from discern_stats.stats.l2d import _group_stats, design_strata, prepare
-    rng = np.random.default_rng(3)
-    d = _planned_trials(1, n_items=40)
+def test_design_strata_are_read_from_the_items_even_where_a_pool_source_was_never_drawn():
+    """A pool of 24 sources, 4 per stratum cut at fixed thresholds (popularity 1/3, 2/3; reliability
+    1/2), every item one source per stratum, and the two most popular low/high sources never drawn:
+    `design_strata` gives every met source its true stratum, where re-cutting the met sources into
+    tertiles (`source_tiers`) misplaces some; with the sources drawn at random it gives None."""
+    from discern_stats.core.vocab import source_tiers
+    from discern_stats.stats.l2d import design_strata
+    rng = np.random.default_rng(11)
+    pt, rt = np.repeat([0, 1, 2], 8), np.tile(np.repeat([0, 1], 4), 3)
+    pop = (pt + rng.uniform(0.05, 0.95, 24)) / 3
+    rel = (rt + rng.uniform(0.05, 0.95, 24)) / 2
+    truth = pd.Series([f"{'low mid high'.split()[a]}/{'low high'.split()[b]}" for a, b in zip(pt, rt)],
+                      index=[f"s{j:02d}" for j in range(24)])
+    low_high = np.flatnonzero((pt == 0) & (rt == 1))
+    unused = low_high[np.argsort(pop[low_high])[-2:]]
+    rows = []
+    for i in range(40):
+        for h in range(6):
+            members = [j for j in np.flatnonzero((pt == h // 2) & (rt == h % 2)) if j not in unused]
+            j = rng.choice(members)
+            rows.append({"item_id": i, "source": f"s{j:02d}", "popularity": pop[j], "reliability": rel[j]})
+    d = pd.DataFrame(rows)
+    got = design_strata(d)
+    assert len(got) == 22 and (got == truth.reindex(got.index)).all()
+    met = d.drop_duplicates("source").set_index("source")
+    p_t, r_t = source_tiers(met.popularity, met.reliability)
+    assert ((p_t + "/" + r_t) != truth.reindex(met.index)).any()  # the re-cut would misplace some
+    d_random = d.assign(source=rng.choice(truth.index.drop(truth.index[unused]), len(d)))
+    d_random[["popularity", "reliability"]] = [[pop[int(s[1:])], rel[int(s[1:])]] for s in d_random.source]
+    assert design_strata(d_random) is None
+
+
+def _stratified_plan_trials(n_items: int = 40, seed: int = 3) -> pd.DataFrame:
+    """Trials on the package's plan (one source per stratum and item) whose moves depend on reliability."""
+    rng = np.random.default_rng(seed)
+    d = _planned_trials(1, n_items=n_items)
     d["llm"], d["truth"] = "m", d.item_id.str[1:].astype(float) + 10
     d["prior"] = np.where(rng.random(len(d)) < 0.5, d.truth, (d.truth * 1.4).round())
     d["prior"] = d.groupby("item_id").prior.transform("first")
     moves = rng.random(len(d)) < 0.2 + 0.6 * d.reliability
     d["posterior"] = d.prior + moves * rng.uniform(0.2, 1, len(d)) * (d.claim - d.prior)
     d["valid"] = True
-    g = prepare(d, keep_invalid=True)
+    return d
+
+
+def test_crossed_metrics_use_the_within_strata_source_term_on_a_stratified_plan():
+    """On the package's plan the source term of SD (a rho of Delta with a stratifying attribute) is
+    the within-strata variance of the source sums of its raw linear terms (hand: d rho / d w from
+    `spearman_influences`, summed per source and per cell, grouped by the design's tiers), scaled by
+    G / (G - 6) with (G - 6) / 2 degrees of freedom on the source part; TD and the ratios (CD) keep
+    the unstratified term of their item-removed linear terms."""
+    from discern_stats.stats.crossed import (CrossedIndex, linear_source_terms, ratio_linear_terms,
+                                             spearman_linear_terms)
+    from discern_stats.stats.l2d import STRATIFIED_RHOS, _group_stats, design_strata, prepare
+    from discern_stats.stats.spearman import spearman_influences
+    assert set(STRATIFIED_RHOS) == {"SD", "rho_pop"}
+    g = prepare(_stratified_plan_trials(), keep_invalid=True)
     st = _group_stats(g, n_resamples=200, seed=0, method="crossed", source_strata=design_strata(g))
-    # CD: a ratio of counts; its source sums by hand from the ratio's linear terms
-    term = st["CD"]["source_term"]
-    assert term.n_strata == 6
     ix = CrossedIndex.build(g.item_id, g.source)
+    tier = design_strata(g).reindex(sorted(g.source.unique())).to_numpy()
+    term = st["SD"]["source_term"]
+    assert term.n_strata == 6
+    _, (psi,) = spearman_influences(g.delta.to_numpy(), [g.reliability.to_numpy()])
+    sums = pd.Series(np.bincount(ix.source, psi))
+    cells = pd.DataFrame({"a": psi, "cell": ix.cell, "tier": tier[ix.source]}).groupby("cell").agg(
+        a=("a", "sum"), tier=("tier", "first"))
+    within = lambda s, by: sum(((v - v.mean()) ** 2).sum() for _, v in s.groupby(by))  # noqa: E731
+    assert term.var_source == pytest.approx(within(sums, tier), rel=1e-9)
+    assert term.var_cell == pytest.approx(within(cells.a, cells.tier.to_numpy()), rel=1e-9)
+    (removed,) = spearman_linear_terms(g.delta.to_numpy(), [g.reliability.to_numpy()], ix)
+    assert not np.allclose(removed, psi)  # raw, not item-removed
+    # TD and CD: unstratified, item-removed linear terms
+    (td,) = linear_source_terms(spearman_linear_terms(g.delta.to_numpy(), [g.improvement.to_numpy()], ix), ix)
+    assert st["TD"]["source_term"].n_strata == 1
+    assert st["TD"]["source_term"].var_source == pytest.approx(td.var_source, rel=1e-9)
     elig = (g.prior_correct & g.claim_wrong).to_numpy()
-    psi = ratio_linear_terms((elig & g.posterior_correct).to_numpy(float), elig.astype(float), ix)
-    sums = pd.Series(np.bincount(ix.source, psi), index=sorted(g.source.unique()))
-    tier = design_strata(g).reindex(sums.index)
-    by_hand = sum(((s - s.mean()) ** 2).sum() for _, s in sums.groupby(tier))
-    assert term.var_source == pytest.approx(by_hand, rel=1e-9)
-    (plain,) = linear_source_terms([psi], ix)
-    assert plain.n_strata == 1 and not np.isclose(plain.var_source, by_hand)
+    (cd,) = linear_source_terms([ratio_linear_terms((elig & g.posterior_correct).to_numpy(float),
+                                                    elig.astype(float), ix)], ix)
+    assert st["CD"]["source_term"].n_strata == 1
+    assert st["CD"]["source_term"].var_source == pytest.approx(cd.var_source, rel=1e-9)
     # the interval: V_source scaled by G / (G - 6), var_source on (G - 6) / 2 degrees of freedom
     from scipy import stats as sps
     from discern_stats.stats.crossed import crossed_interval, source_variance
     G, n_i = int(g.source.nunique()), int(g.item_id.nunique())
-    b = st["CD"]["boot"]
+    b = st["SD"]["boot"]
     vi, vs, gross = b.var(ddof=1) * n_i / (n_i - 1), source_variance(term) * G / (G - 6), term.var_source * G / (G - 6)
     df = (vi + vs) ** 2 / (vi ** 2 / (n_i - 1) + gross ** 2 / ((G - 6) / 2))
     iv = crossed_interval(0.5, b, term, level=0.95, chance=0.0, bounds=(-1, 1), n_items=n_i, n_sources=G)
     assert iv["df"] == pytest.approx(df, rel=1e-9)
     assert iv["hi"] - 0.5 == pytest.approx(sps.t.ppf(0.975, df) * np.sqrt(vi + vs), rel=1e-9)
+
+
+def test_l2d_metrics_take_the_design_strata_for_sd_and_rho_pop_only(monkeypatch):
+    """`l2d_metrics` passes the design's strata by default: without them (design_strata giving None)
+    the intervals of SD and rho(Delta, popularity) change and every other metric's stay the same."""
+    from discern_stats.stats import l2d
+    d = _stratified_plan_trials(n_items=30)
+    with pytest.warns(Warning):
+        a = l2d.l2d_metrics(d, n_resamples=200, overall=False).set_index("metric")
+    monkeypatch.setattr(l2d, "design_strata", lambda df: None)
+    with pytest.warns(Warning):
+        b = l2d.l2d_metrics(d, n_resamples=200, overall=False).set_index("metric")
+    moved = {m for m in a.index if not np.allclose(a.loc[m, ["lo", "hi"]].astype(float),
+                                                   b.loc[m, ["lo", "hi"]].astype(float), equal_nan=True)}
+    assert moved == {"SD", "rho_pop"}
+    pd.testing.assert_series_equal(a["estimate"], b["estimate"])

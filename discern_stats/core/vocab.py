@@ -204,12 +204,15 @@ SUBGROUP_TAG_LABELS: dict[str, str] = {"era": "Era", "oecd": "OECD member"}
 SIMULATOR_TAG = " (simulator)"  # after a synthetic respondent's name, wherever it appears
 
 
+POP_TIERS = ("low", "mid", "high")  # Design A's popularity tertiles
+REL_TIERS = ("low", "high")  # Design A's reliability halves
+
+
 def source_tiers(popularity: pd.Series, reliability: pd.Series) -> tuple[pd.Series, pd.Series]:
-    """The design's strata of a set of sources (one value each): popularity tertiles (low/mid/high)
-    and reliability halves (low/high) by rank, ties in the given order. The statistics take the
-    sources of a data set as drawn within these strata where every item meets them evenly
-    (`stats.crossed.balanced_strata`). Design A's vocabulary: the planner
-    (`designs.l2d.stratify_sources`) and the statistics (`stats.l2d.design_strata`) both use it."""
-    pop = pd.qcut(popularity.rank(method="first"), 3, labels=["low", "mid", "high"]).astype(str)
-    rel = pd.qcut(reliability.rank(method="first"), 2, labels=["low", "high"]).astype(str)
+    """The design's strata of a set of sources (one value each): popularity tertiles (`POP_TIERS`)
+    and reliability halves (`REL_TIERS`) by rank, ties in the given order. Design A's vocabulary:
+    the planner cuts the source table with it (`designs.l2d.stratify_sources`); the statistics read
+    the same strata back from the items' sources (`stats.l2d.design_strata`)."""
+    pop = pd.qcut(popularity.rank(method="first"), 3, labels=list(POP_TIERS)).astype(str)
+    rel = pd.qcut(reliability.rank(method="first"), 2, labels=list(REL_TIERS)).astype(str)
     return pop, rel

@@ -42,14 +42,22 @@ V = V_item + V_source - V_item∩source, with two choices that make it usable he
     source-effect SD of 1.5, BENCHMARKS.md, issue 24), and items differ in how often their
     respondents move at all (h = 1/2 at a tie), a level that the cells of one source (all of
     other items) do not share.
-- Strata (an option, not the default): seed 000's design draws every item's sources within the 6
-  popularity tertile x reliability half strata, so each stratum's share is fixed, not sampled.
-  Given ``source_strata`` where the data show that draw (`balanced_strata`), both resampling
-  variances are taken within strata and the small-cluster correction is on G_source - H. Tried as
-  the default in issue 24's last pass (BENCHMARKS.md): it lowers the over-coverage of
-  rho(Delta, popularity) with source effects (0.980 -> 0.950 at 60 sources, SD 1.5 correlated)
-  but not with none (0.985-0.989), and under-covers at 20 sources with source effects correlated
-  with reliability (truth propensity 0.914, TD 0.929), so the simple random draw of sources stays.
+- Strata: seed 000's design draws every item's sources within the 6 popularity tertile x
+  reliability half strata (`core.vocab.source_tiers`), so each stratum's share of an item's cells
+  is fixed, not sampled. Where the data show that draw (`balanced_strata`), the rhos of Delta with
+  the two attributes that define the strata (SD: reliability, rho(Delta, popularity):
+  `l2d.STRATIFIED_RHOS`) take their source term from the raw linear terms (no item levels
+  removed), both resampling variances within strata, the small-cluster correction on
+  G_source - H (`spearman_source_terms(within_strata=...)`). The within-item balance that the
+  item levels were removed for is then kept by the strata themselves, and removing them adds a
+  spurious source term: in a nested simulation (60 sources, no source effect) the true pool part
+  of var(rho_pop) was 0.21 of its variance; var_source - var_cell estimated 1.12 with item levels
+  removed, 0.17 raw within strata; with no reliability effect (true part 0) item-removed terms
+  gave 0.45. Every other statistic keeps the item-removed, unstratified term: the strata are the
+  pool's own tertiles and halves, so their boundaries move with the pool (the mean of the top half
+  of 20 uniform draws varies 2.2x more than the within-half variance says), which a within-strata
+  variance misses: TD and the truth propensity fell to 0.91-0.93 at 20 sources with source effects
+  correlated with reliability when stratified (BENCHMARKS.md, issue 24).
 - Interval (`crossed_se_interval`): estimate ± t_df · sqrt(V) with the small-cluster correction
   (each component scaled by G / (G - 1), G_source / (G_source - H) with H strata, Student t with
   Satterthwaite degrees of freedom, the source term as the difference var_source - var_cell,
@@ -137,9 +145,6 @@ def balanced_strata(ix: CrossedIndex, stratum_of_source: np.ndarray) -> np.ndarr
     if per_item.size == 0 or (per_item != per_item[:, :1]).any() or present.min() < 2:
         return None
     return codes.astype(np.int64)
-
-
-REMOVE_ITEM_LEVELS = True  # EXPERIMENT (issue 24): linear terms less their item levels before the source term
 
 
 def remove_item_levels(values: np.ndarray, item: np.ndarray, source: np.ndarray, weights: np.ndarray | None = None,
@@ -267,17 +272,19 @@ def resample_variance(sums: np.ndarray, strata: np.ndarray | None = None) -> flo
     return float(a @ a - np.sum(tot[g > 0] ** 2 / g[g > 0]))
 
 
-def linear_source_terms(psi: list[np.ndarray], ix: CrossedIndex) -> list[SourceTerm]:
+def linear_source_terms(psi: list[np.ndarray], ix: CrossedIndex, within_strata: bool = False) -> list[SourceTerm]:
     """The `SourceTerm` of each per-row linear term vector: summed per source (kept) and per cell
-    (its resampling variance)."""
+    (its resampling variance); with ``within_strata`` and strata in ``ix``, both variances within
+    the source strata (a cell in its source's stratum), else unstratified."""
+    strata = ix.source_stratum if within_strata else None
     cell_stratum = None
-    if ix.source_stratum is not None:  # each cell in its source's stratum (cells without rows weigh nothing)
-        cell_stratum = ix.source_stratum[np.maximum(ix.cell_levels()[1], 0)]
+    if strata is not None:  # each cell in its source's stratum (cells without rows weigh nothing)
+        cell_stratum = strata[np.maximum(ix.cell_levels()[1], 0)]
     out = []
     for p in psi:
         by_cell = np.bincount(ix.cell, p, minlength=ix.n_cells)
         out.append(SourceTerm(np.bincount(ix.source, p, minlength=ix.n_sources),
-                              resample_variance(by_cell, cell_stratum), ix.source_stratum))
+                              resample_variance(by_cell, cell_stratum), strata))
     return out
 
 
@@ -295,39 +302,47 @@ def ratio_linear_terms(num: np.ndarray, den: np.ndarray, ix: CrossedIndex, membe
     total = den.sum()
     theta = num.sum() / total
     psi = members * (num - theta * den) / total
-    if members == 1 and REMOVE_ITEM_LEVELS:
+    if members == 1:
         psi = remove_item_levels(psi, ix.item, ix.source, den / total, cell=ix.cell)
     return psi
 
 
 def ratio_source_terms(nums: list[np.ndarray], dens: list[np.ndarray], ix: CrossedIndex,
                        members: list[int]) -> list[SourceTerm]:
-    """The `SourceTerm` of each ratio sum(num_k) / sum(den_k) (`ratio_linear_terms`)."""
+    """The `SourceTerm` of each ratio sum(num_k) / sum(den_k) (`ratio_linear_terms`), unstratified."""
     return linear_source_terms([ratio_linear_terms(np.asarray(n, float), np.asarray(d, float), ix, k)
                                 for n, d, k in zip(nums, dens, members)], ix)
 
 
-def spearman_linear_terms(x: np.ndarray, ys: list[np.ndarray], ix: CrossedIndex) -> list[np.ndarray]:
-    """Per-row linear terms of rho(x, y_k) for the source term: d rho / d w_r
-    (`spearman.spearman_influences`), less their item levels (`remove_item_levels`), as for a ratio."""
+def spearman_linear_terms(x: np.ndarray, ys: list[np.ndarray], ix: CrossedIndex,
+                          raw: tuple[int, ...] = ()) -> list[np.ndarray]:
+    """Per-row linear terms of rho(x, y_k): d rho / d w_r (`spearman.spearman_influences`), less
+    their item levels (`remove_item_levels`) as for a ratio, except at the positions k in ``raw``."""
     _, psis = spearman_influences(x, ys)
-    if not REMOVE_ITEM_LEVELS:
-        return psis
-    return [remove_item_levels(p, ix.item, ix.source, cell=ix.cell) if np.all(np.isfinite(p)) else p for p in psis]
+    return [p if k in raw or not np.all(np.isfinite(p)) else remove_item_levels(p, ix.item, ix.source, cell=ix.cell)
+            for k, p in enumerate(psis)]
 
 
 def spearman_source_terms(x: np.ndarray, ys: list[np.ndarray], ix: CrossedIndex,
-                          pair: tuple[int, int] | None = None) -> list[SourceTerm]:
+                          pair: tuple[int, int] | None = None, within_strata: tuple[int, ...] = ()
+                          ) -> list[SourceTerm]:
     """The `SourceTerm` of rho(x, y_k) for each k, and with ``pair=(i, j)`` a last one for
-    rho(y_i, y_j), from the rhos' linear terms (`spearman_linear_terms`).
+    rho(y_i, y_j), from the rhos' linear terms.
+
+    Positions k in ``within_strata``, where ``ix`` has source strata: the raw linear terms
+    (d rho / d w_r, no item levels removed), both variances within the strata (module docstring,
+    "Strata": the rhos of Delta with a source attribute that defines the strata, SD and
+    rho(Delta, popularity)). Every other rho: the linear terms less their item levels,
+    unstratified.
 
     The linear terms replace re-ranking 1,000 source and 1,000 cell resamples of each rho (the
     previous form: the rho of x's mid-ranks less their item levels, rescaled), which was a third of
     the crossed suite's time; the ratios' source terms were linear already."""
-    psi = spearman_linear_terms(x, ys, ix)
+    raw = tuple(k for k in within_strata if k < len(ys)) if ix.source_stratum is not None else ()
+    psi = spearman_linear_terms(x, ys, ix, raw)
     if pair is not None:
         psi += spearman_linear_terms(ys[pair[0]], [ys[pair[1]]], ix)
-    return linear_source_terms(psi, ix)
+    return [linear_source_terms([p], ix, within_strata=k in raw)[0] for k, p in enumerate(psi)]
 
 
 def source_variance(term: SourceTerm) -> float:

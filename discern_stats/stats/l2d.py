@@ -39,8 +39,8 @@ import numpy as np
 import pandas as pd
 
 from ..core.answers import is_correct, resolution
-from ..core.vocab import (CHANCE, CLAIM_AGREES, OUTCOME_DENOMINATOR, OUTCOMES, TAG_REFERENCE_LEVELS, UNADJUSTED_P,
-                          source_tiers)
+from ..core.vocab import (CHANCE, CLAIM_AGREES, OUTCOME_DENOMINATOR, OUTCOMES, POP_TIERS, REL_TIERS,
+                          TAG_REFERENCE_LEVELS, UNADJUSTED_P)
 from ..core.errors import InputError
 from .bootstrap import DEFAULT_RESAMPLES, jackknife_ratio, ratio, resample_counts, summarise, with_all_once
 from .spearman import cluster_spearman
@@ -301,9 +301,11 @@ def _pair_positions(pair: tuple[str, int, int] | None, live: list[int], ys: list
 
 
 def _rho_replicates(xo: np.ndarray, ylive: list[np.ndarray], ix: CrossedIndex, W: np.ndarray | None, method: str,
-                    pair_pos: tuple[int, int] | None) -> tuple:
-    """(point estimate and item resamples, (1 + B) x k; jackknife or None; (rep_source, rep_cell) or
-    None), one column per y of ``ylive`` and then, with ``pair_pos``, one for rho of that pair of y."""
+                    pair_pos: tuple[int, int] | None, within_strata: tuple[int, ...] = ()) -> tuple:
+    """(point estimate and item resamples, (1 + B) x k; jackknife or None; the source terms or
+    None), one column per y of ``ylive`` and then, with ``pair_pos``, one for rho of that pair of y;
+    ``within_strata``: the positions whose source term is taken within the strata
+    (`crossed.spearman_source_terms`)."""
     n_cl = ix.n_items
     fused = None if pair_pos is None else tuple(sorted(pair_pos))
     rho = cluster_spearman(xo, ylive, ix.item, with_all_once(W, n_cl), pair=fused)
@@ -311,7 +313,7 @@ def _rho_replicates(xo: np.ndarray, ylive: list[np.ndarray], ix: CrossedIndex, W
     if W is not None and method == "bca":
         jack = cluster_spearman(xo, ylive, ix.item, np.ones((n_cl, n_cl)) - np.eye(n_cl), pair=fused)
     if W is not None and method == "crossed":
-        reps = spearman_source_terms(xo, ylive, ix, pair=pair_pos)
+        reps = spearman_source_terms(xo, ylive, ix, pair=pair_pos, within_strata=within_strata)
     return rho, jack, reps
 
 
@@ -324,7 +326,8 @@ def _fill_column(st: _Stat, c: int, rho: np.ndarray, jack: np.ndarray | None, re
 
 
 def _rho_stats(names: list[str], x: np.ndarray, ys: list[np.ndarray], W: np.ndarray | None, ix: CrossedIndex,
-               method: str, pair: tuple[str, int, int] | None = None) -> dict[str, _Stat]:
+               method: str, pair: tuple[str, int, int] | None = None, within_strata: tuple[str, ...] = ()
+               ) -> dict[str, _Stat]:
     """Spearman rho(x, y_k) for each k (and ``pair=(name, i, j)``: rho(y_i, y_j)) with the
     item-cluster bootstrap values and, for ``crossed``, the source-term replicates.
 
@@ -332,6 +335,8 @@ def _rho_stats(names: list[str], x: np.ndarray, ys: list[np.ndarray], W: np.ndar
     mask go through one pass of `cluster_spearman`, which also gives the point estimate (the
     resample with every item once) beside the ``W`` resamples; rho(y_i, y_j) of the pair is
     computed in the same pass where the rows allow it (`_pair_positions`), else on its own.
+    ``within_strata``: the names whose source term is taken within the source strata of ``ix``
+    (`STRATIFIED_RHOS`).
     """
     out: dict[str, _Stat] = {}
     pair_done = pair is None
@@ -345,7 +350,8 @@ def _rho_stats(names: list[str], x: np.ndarray, ys: list[np.ndarray], W: np.ndar
             continue
         ylive = [ys[k][ok] for k in live]
         pair_pos = None if pair_done else _pair_positions(pair, live, ys, ok)
-        rho, jack, reps = _rho_replicates(xo, ylive, ixo, W, method, pair_pos)
+        strat = tuple(c for c, k in enumerate(live) if names[k] in within_strata)
+        rho, jack, reps = _rho_replicates(xo, ylive, ixo, W, method, pair_pos, strat)
         cols = [(names[k], c) for c, k in enumerate(live)]
         if pair_pos is not None:
             out[pair[0]] = _Stat(n=int(ok.sum()), bounds=(-1.0, 1.0), clusters=clusters)
@@ -453,21 +459,49 @@ def _priors_counting_invalid(g: pd.DataFrame) -> tuple[np.ndarray, np.ndarray, n
 
 
 def design_strata(df: pd.DataFrame) -> pd.Series | None:
-    """Each source's popularity x reliability stratum by the design's rule (`core.vocab.source_tiers`
-    over the distinct sources of ``df``, in label order), for the crossed source term's
-    within-stratum variance (`crossed.balanced_strata` keeps it only where every item meets the
-    strata evenly). None with fewer than 6 sources or a source without popularity or reliability.
-    Not the default of `l2d_metrics` (BENCHMARKS.md, issue 24: it under-covers at 20 sources with
-    source effects correlated with reliability); `_group_stats(source_strata=...)` and
-    ``benchmarks/coverage_crossed_sources.py --stratified`` use it."""
+    """Each source's popularity x reliability stratum ("pop/rel", `core.vocab.POP_TIERS` x `REL_TIERS`,
+    the labels of `core.vocab.source_tiers`) as the design drew it, read from the items' own sources:
+    seed 000's plan gives every item k sources in each of the 6 strata, cut by fixed thresholds (the
+    tiers of the whole source table, `designs.l2d.source_pool`). So sorted by popularity, each item's
+    lowest 2k sources are below every item's middle 2k, and those below every item's top 2k; within
+    each popularity tier, its k least reliable below every item's k most reliable. Where thresholds
+    with that property exist, they classify every source met (also where some of the pool's sources
+    were never drawn, which a re-cut of the met sources into tertiles would misplace); None where
+    they do not (sources drawn without the strata), with unequal or fewer than 6 sources per item,
+    or a source without popularity or reliability. The strata serve `STRATIFIED_RHOS`' source terms
+    (`crossed.balanced_strata` checks them again within each group)."""
     if "popularity" not in df.columns or "reliability" not in df.columns:
         return None
-    src = df.drop_duplicates("source").sort_values("source")
-    pop, rel = pd.to_numeric(src["popularity"], errors="coerce"), pd.to_numeric(src["reliability"], errors="coerce")
-    if len(src) < 6 or pop.isna().any() or rel.isna().any():
+    cells = df.drop_duplicates(["item_id", "source"])[["item_id", "source", "popularity", "reliability"]]
+    pop, rel = pd.to_numeric(cells["popularity"], errors="coerce"), pd.to_numeric(cells["reliability"], errors="coerce")
+    if cells.empty or pop.isna().any() or rel.isna().any():
         return None
-    tiers = source_tiers(pop, rel)
-    return pd.Series((tiers[0] + "/" + tiers[1]).to_numpy(), index=src["source"].to_numpy())
+    m = cells.groupby("item_id")["source"].transform("size").to_numpy()
+    if (m % 6).any() or m.min() != m.max():
+        return None
+    k = int(m[0]) // 6
+    cells = cells.assign(popularity=pop.to_numpy(), reliability=rel.to_numpy())
+    cells["pop_pos"] = cells.groupby("item_id")["popularity"].rank(method="first").to_numpy() - 1
+    cells["pop_tier"] = (cells["pop_pos"] // (2 * k)).astype(int)
+    for t in range(2):  # the tiers' popularity ranges may not overlap across items
+        if not (cells.loc[cells.pop_tier == t, "popularity"].max()
+                          < cells.loc[cells.pop_tier == t + 1, "popularity"].min()):
+            return None
+    cells["rel_pos"] = cells.groupby(["item_id", "pop_tier"])["reliability"].rank(method="first").to_numpy() - 1
+    cells["rel_half"] = (cells["rel_pos"] // k).astype(int)
+    if not (cells.loc[cells.rel_half == 0, "reliability"].max() < cells.loc[cells.rel_half == 1, "reliability"].min()):
+        return None
+    labels = cells.drop_duplicates("source").set_index("source")
+    tier_of = (np.array(POP_TIERS, dtype=object)[labels["pop_tier"].to_numpy()] + "/"
+               + np.array(REL_TIERS, dtype=object)[labels["rel_half"].to_numpy()])
+    return pd.Series(tier_of, index=labels.index).sort_index()
+
+
+STRATIFIED_RHOS = ("SD", "rho_pop")
+"""The rhos whose crossed source term is taken within the design's strata, from raw linear terms
+(`crossed.spearman_source_terms`): Delta against reliability and popularity, the two source
+attributes that define the strata. Every other statistic: the linear terms less their item levels,
+unstratified (`stats.crossed` module docstring, "Strata"; coverage in BENCHMARKS.md, issue 24)."""
 
 
 def _group_stats(g: pd.DataFrame, *, n_resamples: int, seed: int, method: str, item_seed: int | None = None,
@@ -475,7 +509,7 @@ def _group_stats(g: pd.DataFrame, *, n_resamples: int, seed: int, method: str, i
                  source_strata: pd.Series | None = None) -> dict[str, _Stat]:
     """All Design A metrics (``which="metrics"``) or the subgroup-gap metrics (``"gaps"``) of one
     group (e.g. one LLM x strategy) of prepared rows, valid and invalid (``prepare(keep_invalid=True)``).
-    ``source_strata``: `design_strata` of the whole data set."""
+    ``source_strata``: `design_strata` of the whole data set (None: every source term unstratified)."""
     ix_all = CrossedIndex.build(g["item_id"], g["source"], source_levels, source_strata)
     n_cl = ix_all.n_items
     W = (resample_counts(n_cl, n_resamples, seed if item_seed is None else item_seed)
@@ -502,7 +536,8 @@ def _group_stats(g: pd.DataFrame, *, n_resamples: int, seed: int, method: str, i
         names.append("rho_delta_rhat")
         ys.append(d["rated_reliability"].astype(float).to_numpy())
     # rho(R_hat, R) is rho(y_3, y_0) of the same rows: computed in the same kernel pass
-    stats = _rho_stats(names, delta, ys, W, ix, method, ("rho_rhat_R", 3, 0) if rated else None)
+    stats = _rho_stats(names, delta, ys, W, ix, method, ("rho_rhat_R", 3, 0) if rated else None,
+                       within_strata=STRATIFIED_RHOS)
     rel = propensity_terms(d, "reliability")
     imp = propensity_terms(d, "improvement")
     # source terms (crossed.ratio_source_replicates): reliability pairs span two sources, every pair at
@@ -551,8 +586,11 @@ def l2d_metrics(df: pd.DataFrame, *, n_resamples: int = DEFAULT_RESAMPLES, seed:
         for llm, g in prepared.groupby("llm", sort=True):
             groups.append(({"llm": llm, "strategy": "(all)"}, g))
 
+    strata = design_strata(prepared) if method == "crossed" else None
+
     def cell(group: tuple[dict, pd.DataFrame]) -> dict[str, _Stat]:
-        return _group_stats(group[1], n_resamples=n_resamples, seed=seed, method=method)
+        return _group_stats(group[1], n_resamples=n_resamples, seed=seed, method=method,
+                            source_strata=strata)
 
     if n_resamples and len(groups) > 1:
         # two groups at a time: the bootstrap kernel releases the GIL and uses every core, so one
