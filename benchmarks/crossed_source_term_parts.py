@@ -6,8 +6,8 @@ simulator):
 ``--noise``: linear terms that are pure noise (no item, no source effect) on the crossed layout
 (100 items x one source per stratum x 5 factors): the source term var_source - var_cell, which
 should be about 0, as a share of the sum of squared cell sums, for the linear terms as they are
-(raw), less their item levels from the two-way fit (`crossed.remove_item_levels`), and less
-leave-one-cell-out item means.
+(raw), less their item levels from the two-way fit (the package's until issue 24's fourth pass),
+and less leave-one-cell-out item levels (`crossed.remove_item_levels`, the package's now).
 
 ``--nested``: pools x item draws for one pool size and source-effect setting: the true split of each
 metric's Monte Carlo variance into its item part (mean within-pool variance) and pool part
@@ -35,25 +35,33 @@ from discern_stats.stats.crossed import CrossedIndex, linear_source_terms, remov
 from discern_stats.stats.spearman import spearman_influences
 
 
-def loo_item_levels(values: np.ndarray, ix: CrossedIndex, weights: np.ndarray | None = None) -> np.ndarray:
-    """values - w * alpha_i^(-c): each row less its item's weighted mean over the item's other cells."""
+def two_way_item_levels(values: np.ndarray, ix: CrossedIndex, weights: np.ndarray | None = None,
+                        sweeps: int = 100) -> np.ndarray:
+    """values - w * alpha_item from the two-way fit values ~ w (alpha_item + beta_source) (weighted least
+    squares by alternating projections over the cell sums): the package's item levels until issue 24's
+    fourth pass (commit d9e8440), kept here for comparison."""
     w = np.ones(len(values)) if weights is None else np.asarray(weights, float)
-    n_c = ix.n_cells
-    A = np.bincount(ix.cell, w * values, minlength=n_c)
-    Q = np.bincount(ix.cell, w * w, minlength=n_c)
-    c_item = ix.cell_levels()[0]
-    Ai, Qi = np.bincount(c_item, A, minlength=ix.n_items), np.bincount(c_item, Q, minlength=ix.n_items)
-    den = Qi[c_item] - Q
-    alpha = np.where(den > 0, (Ai[c_item] - A) / np.where(den > 0, den, 1), 0.0)
-    return values - w * alpha[ix.cell]
+    A = np.bincount(ix.cell, w * values, minlength=ix.n_cells)
+    Q = np.bincount(ix.cell, w * w, minlength=ix.n_cells)
+    c_item, c_source = ix.cell_levels()
+    c_source = np.maximum(c_source, 0)
+    wi = np.bincount(c_item, Q, minlength=ix.n_items)
+    ws = np.bincount(c_source, Q, minlength=ix.n_sources)
+    alpha, beta = np.zeros(ix.n_items), np.zeros(ix.n_sources)
+    for _ in range(sweeps):
+        alpha = np.bincount(c_item, A - Q * beta[c_source], minlength=ix.n_items) / np.where(wi > 0, wi, 1)
+        beta = np.bincount(c_source, A - Q * alpha[c_item], minlength=ix.n_sources) / np.where(ws > 0, ws, 1)
+    w_item = np.bincount(ix.item, w, minlength=ix.n_items)
+    alpha -= (w_item @ alpha) / w_item.sum()
+    return values - w * alpha[ix.item]
 
 
 def _remove(p: np.ndarray, ix: CrossedIndex, removal: str, w: np.ndarray | None = None) -> np.ndarray:
     if removal == "none" or not np.all(np.isfinite(p)):
         return p
-    if removal == "loo":
-        return loo_item_levels(p, ix, w)
-    return remove_item_levels(p, ix.item, ix.source, w, cell=ix.cell)
+    if removal == "twoway":
+        return two_way_item_levels(p, ix, w)
+    return remove_item_levels(p, ix.item, ix.source, w, cell=ix.cell)  # leave one cell out
 
 
 @contextlib.contextmanager

@@ -386,8 +386,9 @@ def test_all_strategies_propensity_pairs_within_one_strategy():
 def test_crossed_source_term_equals_brute_force_covariance():
     """The source term of a ratio statistic: var_source - var_cell is
     sum_j sum_{i != i'} psi_ij psi_i'j, the covariance of cells that share a source but not an item,
-    of the linear terms less their item levels. The item levels are checked against a weighted
-    least-squares fit with item and source dummies (numpy lstsq), the covariance against a double
+    of the linear terms less their item levels. The item levels (each cell's item mean over the
+    item's other cells) are checked against a loop over the rows (a weighted least-squares mean of
+    the other cells' rows), the covariance against a double
     loop, and each closed-form resampling variance against 20,000 multinomial resamples drawn here
     (numpy's multinomial: var of sum_c W_c a_c over resamples)."""
     from discern_stats.stats.crossed import CrossedIndex, ratio_source_terms, remove_item_levels, source_variance
@@ -400,11 +401,11 @@ def test_crossed_source_term_equals_brute_force_covariance():
     theta = num.sum() / den.sum()
     psi = (num - theta * den) / den.sum()
     w = den / den.sum()
-    X = np.column_stack([np.eye(40)[item], np.eye(15)[source][:, 1:]]) * w[:, None]  # psi ~ w (alpha_i + beta_j)
-    coef = np.linalg.lstsq(X, psi, rcond=None)[0]
-    alpha = coef[:40] - (np.bincount(item, w) @ coef[:40]) / w.sum()  # the removed part sums to 0
-    adjusted = psi - w * alpha[item]
-    assert abs(adjusted.sum()) < 1e-15
+    adjusted = psi.copy()
+    for r in range(n):  # psi_r - w_r * alpha, alpha fitted to psi ~ w alpha on the item's rows outside r's cell
+        other = (item == item[r]) & (source != source[r])
+        if other.any():
+            adjusted[r] -= w[r] * (w[other] @ psi[other]) / (w[other] @ w[other])
     assert np.allclose(remove_item_levels(psi, ix.item, ix.source, w), adjusted, atol=1e-12)
     cell_sum = {}
     for i, j, p in zip(item, source, adjusted):
@@ -414,7 +415,9 @@ def test_crossed_source_term_equals_brute_force_covariance():
         for (i2, j2), b in cell_sum.items():
             if j == j2 and i != i2:
                 cross += a * b
-    assert source_variance(term) == pytest.approx(cross, rel=1e-9, abs=1e-15)
+    # resampling centres each variance at its mean: var_source - var_cell = cross - S^2 (1/G - 1/C)
+    S, n_cells = adjusted.sum(), len(cell_sum)
+    assert source_variance(term) == pytest.approx(cross - S ** 2 * (1 / 15 - 1 / n_cells), rel=1e-9, abs=1e-15)
     per_source = np.bincount(source, adjusted, minlength=15)
     cells = np.array(list(cell_sum.values()))
     for sums, closed in ((per_source, term.var_source), (cells, term.var_cell)):
@@ -593,43 +596,13 @@ def test_outcome_shares_use_the_claim_conflicts_with_the_prior_denominator():
         "prior_accuracy", "estimate"] == pytest.approx(1.0)
 
 
-def _item_levels_by_numpy_sweeps(A, Q, c_item, c_source, wi, ws, iterations, tol):
-    """The numpy form of the Gauss-Seidel sweeps of `crossed.remove_item_levels` (before the kernel)."""
-    n_i, n_s = len(wi), len(ws)
-    wi_safe, ws_safe = np.where(wi > 0, wi, 1.0), np.where(ws > 0, ws, 1.0)
-    alpha, beta = np.zeros(n_i), np.zeros(n_s)
-    for _ in range(iterations):
-        new_alpha = np.where(wi > 0, np.bincount(c_item, A - Q * beta[c_source], minlength=n_i) / wi_safe, 0.0)
-        beta = np.where(ws > 0, np.bincount(c_source, A - Q * new_alpha[c_item], minlength=n_s) / ws_safe, 0.0)
-        done = np.max(np.abs(new_alpha - alpha), initial=0.0) <= tol * max(1.0, np.max(np.abs(new_alpha), initial=0.0))
-        alpha = new_alpha
-        if done:
-            break
-    return alpha
-
-
 def test_compiled_kernels_give_the_same_floats_as_their_plain_forms(monkeypatch):
-    """The speed paths of issue 24 change no number: the compiled two-way sweeps equal the numpy
-    sweeps bit for bit (converged, stopped after 3 sweeps, an item and a source without weight);
-    the Spearman kernel with float32 rank storage equals its float64 storage bit for bit, and
-    float64 is chosen beyond 2^23 expanded rows; `tolerance` with per-row rules equals parsing
-    each row's rule."""
+    """The speed paths of issue 24 change no number: the Spearman kernel with float32 rank storage
+    equals its float64 storage bit for bit, and float64 is chosen beyond 2^23 expanded rows;
+    `tolerance` with per-row rules equals parsing each row's rule."""
     from discern_stats.core.answers import parse_rule, tolerance
-    from discern_stats.stats import crossed, spearman_lanes
+    from discern_stats.stats import spearman_lanes
     rng = np.random.default_rng(11)
-    n_c, n_i, n_s = 600, 80, 30
-    c_item, c_source = rng.integers(0, n_i, n_c), rng.integers(0, n_s, n_c)
-    A, Q = rng.normal(size=n_c), rng.uniform(0.1, 3.0, n_c)
-    Q[c_item == 5] = 0.0
-    Q[c_source == 7] = 0.0
-    wi, ws = np.bincount(c_item, Q, minlength=n_i), np.bincount(c_source, Q, minlength=n_s)
-    for iterations in (100, 3):
-        want = _item_levels_by_numpy_sweeps(A, Q, c_item, c_source, wi, ws, iterations, 1e-12)
-        got = crossed._two_way_sweeps(A, Q, c_item, c_source, wi, ws, iterations, 1e-12)
-        assert np.array_equal(got, want) and np.array_equal(crossed._two_way_sweeps_py(
-            A, Q, c_item, c_source, wi, ws, iterations, 1e-12), want)
-    assert not np.allclose(_item_levels_by_numpy_sweeps(A, Q, c_item, c_source, wi, ws, 3, 1e-12),
-                           _item_levels_by_numpy_sweeps(A, Q, c_item, c_source, wi, ws, 100, 1e-12))
 
     n, K = 3000, 40
     cl = rng.integers(0, K, n)

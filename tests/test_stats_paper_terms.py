@@ -274,33 +274,33 @@ def test_subgroup_gaps_follow_the_papers_direction_and_count_invalid_priors_as_w
     assert "not adjusted" in m.loc["SD", "p_adjustment"] and m.loc["share: Stubborn", "p_adjustment"] == ""
 
 
-def _item_levels_removed_by_least_squares(values, item, source, w):
-    """The independent reference: the weighted two-way additive fit v_r ~ w_r (alpha_item + beta_source)
-    by a direct least-squares solve (numpy lstsq on the dummy design), alpha then centred so that
-    sum_r w_r alpha_item(r) = 0 (alpha + c, beta - c fit as well), and v - w alpha_item returned."""
-    n_i, n_s = item.max() + 1, source.max() + 1
-    X = np.zeros((len(values), n_i + n_s))
-    X[np.arange(len(values)), item] = w
-    X[np.arange(len(values)), n_i + source] = w
-    coef = np.linalg.lstsq(X, values, rcond=None)[0]
-    alpha = coef[:n_i]
-    w_item = np.bincount(item, w, minlength=n_i)
-    alpha = alpha - (w_item @ alpha) / w_item.sum()
-    return values - w * alpha[item]
+def _item_levels_left_out_by_rows(values, item, source, w):
+    """The independent reference: for each row, its item's level fitted (values ~ w alpha, weighted least
+    squares) on the item's rows outside the row's own (item, source) cell, by a loop over the rows."""
+    out = values.astype(float).copy()
+    for r in range(len(values)):
+        other = (item == item[r]) & (source != source[r])
+        if other.any():
+            out[r] -= w[r] * (w[other] @ values[other]) / (w[other] @ w[other])
+    return out
 
 
-def test_two_way_fit_on_cells_equals_the_fit_on_rows():
+def test_item_levels_left_out_on_cells_equal_the_loop_over_rows():
+    """`remove_item_levels` from cell sums equals the row loop (weights, items with one cell kept raw)."""
     from discern_stats.stats.crossed import CrossedIndex, remove_item_levels
     rng = np.random.default_rng(9)
-    item = rng.integers(0, 40, 3000)
-    source = rng.integers(0, 25, 3000)
+    item = rng.integers(0, 40, 1500)
+    source = rng.integers(0, 25, 1500)
+    item[source == 3] = 40  # item 40: one cell only
     ix = CrossedIndex.build(item, source)
-    v = rng.normal(size=3000) + rng.normal(size=40)[ix.item] + rng.normal(size=25)[ix.source]
-    w = rng.uniform(0.5, 2.0, 3000)
-    want = _item_levels_removed_by_least_squares(v, ix.item, ix.source, w)
+    v = rng.normal(size=1500) + rng.normal(size=41)[ix.item] + rng.normal(size=25)[ix.source]
+    w = rng.uniform(0.5, 2.0, 1500)
+    want = _item_levels_left_out_by_rows(v, ix.item, ix.source, w)
     assert np.allclose(remove_item_levels(v, ix.item, ix.source, w, cell=ix.cell), want, atol=1e-10, rtol=0)
     assert np.allclose(remove_item_levels(v, ix.item, ix.source, w), want, atol=1e-10, rtol=0)
-    assert not np.allclose(want, v)  # negative control: the fit removes something
+    lone = ix.item == ix.item[np.flatnonzero(item == 40)[0]]
+    assert np.array_equal(remove_item_levels(v, ix.item, ix.source, w)[lone], v[lone])
+    assert not np.allclose(want, v)  # negative control: something is removed
 
 
 def test_resample_variance_is_the_multinomial_variance_of_a_linear_statistic():
@@ -375,8 +375,8 @@ def test_truth_propensity_source_term_is_the_cell_ratio_covariance():
     sums sum_c N_c / sum_c D_c and its source term is sum_j sum_{c != c' in j} psi_c psi_c' of the cell
     linear terms psi_c = (N_c - theta D_c) / D, each pair once, less item levels (issue 24: the pair at
     both of its members doubled every cell's term, 4x the variance). Brute force: a pair loop per cell
-    (each pair at the row with the larger I), item levels by least squares with item and source
-    dummies, the covariance by a double loop; against the package's replicates at 20,000 resamples."""
+    (each pair at the row with the larger I), item levels left out cell by cell by a loop over the
+    rows, the covariance by a double loop; against the package's replicates at 20,000 resamples."""
     from discern_stats.stats.crossed import CrossedIndex, source_variance
     from discern_stats.stats.l2d import _group_stats, prepare
     g = prepare(_crossed_rows(), keep_invalid=True)
@@ -394,13 +394,14 @@ def test_truth_propensity_source_term_is_the_cell_ratio_covariance():
     assert st["estimate"] == pytest.approx(theta, abs=1e-12)
     ix = CrossedIndex.build(d["item_id"], d["source"])
     w = den / den.sum()
-    adjusted = _item_levels_removed_by_least_squares((num - theta * den) / den.sum(), ix.item, ix.source, w)
+    adjusted = _item_levels_left_out_by_rows((num - theta * den) / den.sum(), ix.item, ix.source, w)
     cells: dict[tuple[int, int], float] = {}
     for i, j, p in zip(ix.item, ix.source, adjusted):
         cells[(i, j)] = cells.get((i, j), 0.0) + p
     cross = sum(a * b for (i, j), a in cells.items() for (i2, j2), b in cells.items() if j == j2 and i != i2)
     assert cross > 0  # the source effects give the cells of one source a common level
-    assert source_variance(st["source_term"]) == pytest.approx(cross, rel=1e-9)  # closed form: exact
+    S, G, C = adjusted.sum(), ix.n_sources, len(cells)  # each resampling variance centred at its mean
+    assert source_variance(st["source_term"]) == pytest.approx(cross - S ** 2 * (1 / G - 1 / C), rel=1e-9)
 
 
 def test_small_cluster_df_counts_the_source_term_as_a_difference_of_two_variances():

@@ -16,10 +16,14 @@ V = V_item + V_source - V_item∩source, with two choices that make it usable he
   scales with the truth), and each item's sources span the six strata, so that level cancels
   inside an item; resampling sources or cells without removing it breaks that balance and counts
   the item variance again (Owen's pigeonhole bootstrap, with product weights over items and
-  sources, gave SEs 2.6x too wide and 100 % coverage with no source effect). The item levels
-  come from a two-way additive fit (item + source, `remove_item_levels`): subtracting each
-  item's raw mean would also subtract its own six sources' effects and shrink the source term
-  (SEs 15-35 % too small at a source-effect SD of 0.7). The term is
+  sources, gave SEs 2.6x too wide and 100 % coverage with no source effect). Each cell's item
+  level is its item's mean over the item's *other* cells (leave one cell out,
+  `remove_item_levels`): subtracting the item's raw mean would also subtract the cell's own
+  source effect and shrink the source term (SEs 15-35 % too small at a source-effect SD of 0.7);
+  the two-way additive fit (item + source) used until issue 24's fourth pass avoids that but
+  couples the cells of one source through the fitted source level, a spurious source term of
+  0.24-0.35 x the sum of squared cell sums on pure-noise linear terms, where leaving the cell out
+  gives -0.01-0.02 (`benchmarks/crossed_source_term_parts.py --noise`). The term is
   max(0, var_source - var_cell): the variances of the statistic's linear terms summed per source
   and per cell under resampling sources, and cells, with replacement; each statistic below is
   linear in those terms, so both variances are in closed form (`SourceTerm`,
@@ -148,79 +152,30 @@ def balanced_strata(ix: CrossedIndex, stratum_of_source: np.ndarray) -> np.ndarr
 
 
 def remove_item_levels(values: np.ndarray, item: np.ndarray, source: np.ndarray, weights: np.ndarray | None = None,
-                       iterations: int = 100, tol: float = 1e-12, cell: np.ndarray | None = None) -> np.ndarray:
-    """values - weights * alpha_item, where alpha comes from the two-way additive fit
-    values ~ weights * (alpha_item + beta_source) (weighted least squares, by alternating
-    projections: Gauss-Seidel over the two factors, as in two-way fixed-effects regressions),
-    normalised so that the removed part sums to 0.
+                       cell: np.ndarray | None = None) -> np.ndarray:
+    """values_r - w_r * alpha_i^(-c): each row less its item's level estimated without the row's own
+    (item, source) cell c, alpha_i^(-c) = (A_i - A_c) / (Q_i - Q_c) with the cell sums A_c = sum w v,
+    Q_c = sum w^2 and the item's totals A_i, Q_i (the least-squares fit of values ~ w * alpha over
+    the item's other cells); 0 for an item with a single cell.
 
-    The normal equations need only the per-(item, source) cell sums A_c = sum w v and
-    Q_c = sum w^2: alpha_i = sum_{c in i} (A_c - Q_c beta_j(c)) / sum_{c in i} Q_c and likewise for
-    beta, so the iterations run over the cells (``cell``: codes of the rows' cells; derived when not
-    given), not the rows: the same iterates, about 5x less work for 5 factors per cell.
-
-    Removing each item's raw mean instead would also remove the mean effect of that item's own
-    sources (six per item), and with it part of the source signal the source term must keep.
-    """
+    Leaving the cell out keeps the cell's own source effect in it (an item mean over all its cells
+    would take 1/6 of it away) and brings in no other cell of the same source, so cells that share
+    a source are not coupled through the removed part (the two-way fit did that: module docstring).
+    ``cell``: codes of the rows' cells (derived from item and source when not given)."""
     w = np.ones(len(values)) if weights is None else np.asarray(weights, float)
-    n_i, n_s = int(item.max(initial=-1)) + 1, int(source.max(initial=-1)) + 1
     if cell is None:
+        n_s = int(source.max(initial=-1)) + 1
         cell = pd.factorize(item.astype(np.int64) * (n_s + 1) + source)[0]
-    n_c = int(cell.max(initial=-1)) + 1
+    n_i, n_c = int(item.max(initial=-1)) + 1, int(cell.max(initial=-1)) + 1
     c_item = np.zeros(n_c, np.int64)
-    c_source = np.zeros(n_c, np.int64)
-    c_item[cell], c_source[cell] = item, source
+    c_item[cell] = item
     A = np.bincount(cell, w * values, minlength=n_c)
     Q = np.bincount(cell, w * w, minlength=n_c)
-    wi = np.bincount(c_item, Q, minlength=n_i)
-    ws = np.bincount(c_source, Q, minlength=n_s)
-    alpha = _two_way_sweeps(A, Q, c_item, c_source, wi, ws, iterations, tol)
-    # alpha + c, beta - c fit as well: take the c with sum_r w_r alpha_item(r) = 0, so the adjusted
-    # values keep the sum of the values (0 for linear terms)
-    w_item = np.bincount(item, w, minlength=n_i)
-    if w_item.sum() != 0:
-        alpha = alpha - (w_item @ alpha) / w_item.sum()
-    return values - w * alpha[item]
-
-
-def _two_way_sweeps_py(A, Q, c_item, c_source, wi, ws, iterations, tol):  # noqa: ANN001, ANN202 - numba-compatible
-    """The item levels alpha of `remove_item_levels` by Gauss-Seidel sweeps over the cells:
-    alpha_i = sum_{c in i} (A_c - Q_c beta_j(c)) / w_i, then beta_j likewise with the new alpha, until
-    max |alpha_new - alpha| <= tol max(1, max |alpha_new|) or ``iterations`` sweeps (items or sources
-    without weight: 0). Plain Python, compiled by numba as `_two_way_sweeps`: the same operations in
-    the same order as the numpy form (np.bincount sums in row order), so the same floats."""
-    n_i, n_s, n_c = wi.shape[0], ws.shape[0], A.shape[0]
-    alpha, beta = np.zeros(n_i), np.zeros(n_s)
-    new_alpha = np.zeros(n_i)
-    for _ in range(iterations):
-        new_alpha = np.zeros(n_i)
-        for c in range(n_c):
-            new_alpha[c_item[c]] += A[c] - Q[c] * beta[c_source[c]]
-        for i in range(n_i):
-            new_alpha[i] = new_alpha[i] / wi[i] if wi[i] > 0 else 0.0
-        beta = np.zeros(n_s)
-        for c in range(n_c):
-            beta[c_source[c]] += A[c] - Q[c] * new_alpha[c_item[c]]
-        for j in range(n_s):
-            beta[j] = beta[j] / ws[j] if ws[j] > 0 else 0.0
-        change, size, nan = 0.0, 0.0, False
-        for i in range(n_i):
-            d = abs(new_alpha[i] - alpha[i])
-            nan = nan or d != d  # a NaN never converges (as numpy's max propagates it)
-            change = max(change, d)
-            size = max(size, abs(new_alpha[i]))
-        alpha = new_alpha
-        if not nan and change <= tol * max(1.0, size):
-            break
-    return alpha
-
-
-try:  # numba: about 50x faster than numpy's bincount per sweep on a few thousand cells
-    import numba
-
-    _two_way_sweeps = numba.njit(cache=True)(_two_way_sweeps_py)
-except Exception:  # pragma: no cover
-    _two_way_sweeps = _two_way_sweeps_py
+    rest = np.bincount(c_item, Q, minlength=n_i)[c_item] - Q
+    has_rest = rest > 1e-12 * (rest + Q)
+    alpha = np.zeros(n_c)
+    alpha[has_rest] = (np.bincount(c_item, A, minlength=n_i)[c_item] - A)[has_rest] / rest[has_rest]
+    return values - w * alpha[cell]
 
 
 @dataclass
