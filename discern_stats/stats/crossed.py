@@ -48,20 +48,20 @@ V = V_item + V_source - V_item∩source, with two choices that make it usable he
     other items) do not share.
 - Strata: seed 000's design draws every item's sources within the 6 popularity tertile x
   reliability half strata (`core.vocab.source_tiers`), so each stratum's share of an item's cells
-  is fixed, not sampled. Where the data show that draw (`balanced_strata`), the rhos of Delta with
-  the two attributes that define the strata (SD: reliability, rho(Delta, popularity):
+  is fixed, not sampled. Where the data show that draw (`l2d.design_strata` reads the strata from
+  the items' sources; `balanced_strata` checks them per group), the rhos of Delta with the two
+  attributes that define the strata (SD: reliability, rho(Delta, popularity):
   `l2d.STRATIFIED_RHOS`) take their source term from the raw linear terms (no item levels
   removed), both resampling variances within strata, the small-cluster correction on
-  G_source - H (`spearman_source_terms(within_strata=...)`). The within-item balance that the
-  item levels were removed for is then kept by the strata themselves, and removing them adds a
-  spurious source term: in a nested simulation (60 sources, no source effect) the true pool part
-  of var(rho_pop) was 0.21 of its variance; var_source - var_cell estimated 1.12 with item levels
-  removed, 0.17 raw within strata; with no reliability effect (true part 0) item-removed terms
-  gave 0.45. Every other statistic keeps the item-removed, unstratified term: the strata are the
-  pool's own tertiles and halves, so their boundaries move with the pool (the mean of the top half
-  of 20 uniform draws varies 2.2x more than the within-half variance says), which a within-strata
-  variance misses: TD and the truth propensity fell to 0.91-0.93 at 20 sources with source effects
-  correlated with reliability when stratified (BENCHMARKS.md, issue 24).
+  G_source - H (`spearman_source_terms(within_strata=...)`): the strata then keep the within-item
+  balance that the item levels are removed for. Unstratified, rho(Delta, popularity) over-covered
+  (0.977-0.996 in 7 of 12 cells; its source term 0.80 of the variance where the pool's part is
+  0.16, at 132 sources and no source effect). Every other statistic keeps the unstratified term of
+  its item-removed linear terms: where the strata are the pool's own tertiles and halves their
+  boundaries move with the pool (the mean of the top half of 20 uniform draws varies 2.2x more
+  than the within-half variance says), which a within-strata variance misses (TD and the truth
+  propensity 0.91-0.93 at 20-60 sources with source effects correlated with reliability or
+  popularity). BENCHMARKS.md, issue 24, fourth pass.
 - Interval (`crossed_se_interval`): estimate ± t_df · sqrt(V) with the small-cluster correction
   (each component scaled by G / (G - 1), G_source / (G_source - H) with H strata, Student t with
   Satterthwaite degrees of freedom, the source term as the difference var_source - var_cell,

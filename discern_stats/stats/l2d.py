@@ -81,7 +81,7 @@ def _warn_small_pool(groups: list[tuple[dict, pd.DataFrame]], method: str, n_res
         return ""
     import warnings
     note = (f"{fewest} sources: below the {MIN_SOURCES_SHOWN} at which these intervals were shown to cover 93-97 %; "
-            f"with 20 sources the worst cover 0.94, and some over-cover (BENCHMARKS.md)")
+            f"with 20 sources the worst cover 0.94, and some over-cover, up to 0.99 (BENCHMARKS.md)")
     warnings.warn(f"Design A intervals rest on {note}", SmallSourcePoolWarning, stacklevel=3)
     return note
 
@@ -500,8 +500,9 @@ def design_strata(df: pd.DataFrame) -> pd.Series | None:
 STRATIFIED_RHOS = ("SD", "rho_pop")
 """The rhos whose crossed source term is taken within the design's strata, from raw linear terms
 (`crossed.spearman_source_terms`): Delta against reliability and popularity, the two source
-attributes that define the strata. Every other statistic: the linear terms less their item levels,
-unstratified (`stats.crossed` module docstring, "Strata"; coverage in BENCHMARKS.md, issue 24)."""
+attributes that define the strata. Every other statistic: its linear terms less their item levels
+(left out cell by cell), unstratified (`stats.crossed` module docstring, "Strata"; coverage in
+BENCHMARKS.md, issue 24, fourth pass)."""
 
 
 def _group_stats(g: pd.DataFrame, *, n_resamples: int, seed: int, method: str, item_seed: int | None = None,
