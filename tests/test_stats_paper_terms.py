@@ -639,3 +639,5 @@ def test_l2d_metrics_take_the_design_strata_for_sd_and_rho_pop_only(monkeypatch)
                                                    b.loc[m, ["lo", "hi"]].astype(float), equal_nan=True)}
     assert moved == {"SD", "rho_pop"}
     pd.testing.assert_series_equal(a["estimate"], b["estimate"])
+    assert a["interval"].str.contains("within the design's 6 popularity x reliability strata").all()
+    assert not b["interval"].str.contains("strata").any()  # the table says which term it shows

@@ -601,6 +601,9 @@ def l2d_metrics(df: pd.DataFrame, *, n_resamples: int = DEFAULT_RESAMPLES, seed:
     else:
         group_stats = [cell(g) for g in groups]
     interval = _interval_label(method, level, n_resamples)
+    if strata is not None and n_resamples:
+        interval += ("; SD and rho(Delta, popularity): source term of raw linear terms within the design's 6 "
+                     "popularity x reliability strata")
     small = _warn_small_pool(groups, method, n_resamples)
     interval += f"; {small}" if small else ""
     order = (["SD", "TD", "rho_pop", "rel_propensity", "truth_propensity", "CD", "prior_accuracy", "rho_rhat_R",
