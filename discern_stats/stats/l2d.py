@@ -485,7 +485,7 @@ def design_strata(df: pd.DataFrame) -> pd.Series | None:
     cells["pop_tier"] = (cells["pop_pos"] // (2 * k)).astype(int)
     for t in range(2):  # the tiers' popularity ranges may not overlap across items
         if not (cells.loc[cells.pop_tier == t, "popularity"].max()
-                          < cells.loc[cells.pop_tier == t + 1, "popularity"].min()):
+                < cells.loc[cells.pop_tier == t + 1, "popularity"].min()):
             return None
     cells["rel_pos"] = cells.groupby(["item_id", "pop_tier"])["reliability"].rank(method="first").to_numpy() - 1
     cells["rel_half"] = (cells["rel_pos"] // k).astype(int)
