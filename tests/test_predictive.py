@@ -17,7 +17,8 @@ from scipy.special import expit
 
 import discern_stats as ds
 from discern_stats.bayes import CueWeightModel, DiscernmentModel, InterventionContrastModel
-from discern_stats.bayes.predictive import binomial_cluster_loglik, normal_cluster_loglik, thinned
+from discern_stats.bayes.predictive import (binomial_cluster_loglik, binomial_cluster_loglik_numpy, normal_cluster_loglik,
+                                            thinned)
 from discern_stats.core.errors import StaleFitError
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "benchmarks"))
@@ -70,6 +71,41 @@ def test_binomial_clusters_are_separate_integrals():
     for c in range(3):
         r = cl == c
         assert got[0, c] == pytest.approx(_quad_binomial(eta[0, r], k[r], n[r], sig[0, c]), abs=1e-6)
+
+
+@pytest.mark.parametrize("binary", [True, False])
+def test_compiled_cluster_loglik_equals_the_numpy_version(binary):
+    """The compiled loop (Newton steps stopped per cluster, the n = 1 rows' logs multiplied) against
+    the plain array version on shuffled clusters of 1-60 rows, sigma 0.05-4, binary and binomial rows."""
+    rng = np.random.default_rng(3 + binary)
+    n_cl = 400
+    cl = rng.permutation(np.repeat(np.arange(n_cl), rng.integers(1, 60, n_cl)))
+    eta = rng.normal(rng.normal(0, 2, n_cl)[cl], 1, (3, len(cl)))
+    sig = rng.choice([0.05, 0.5, 1.0, 2.0, 4.0], (3, n_cl))
+    n = np.ones(len(cl)) if binary else rng.integers(1, 9, len(cl)).astype(float)
+    k = rng.binomial(n.astype(int), expit(eta[0])).astype(float)
+    got = binomial_cluster_loglik(eta, k, n, sig, cl, n_cl)
+    want = binomial_cluster_loglik_numpy(eta, k, n, sig, cl, n_cl)
+    assert np.abs(got - want).max() < 1e-9
+
+
+def test_a_converged_mode_is_not_bisected_away():
+    """At the mode x is one end of its own bracket, so a zero-length Newton step fell outside the
+    open bracket and was replaced by a bisection back towards the other end: at sigma 4 with one
+    success in 30 rows, 78 of 200 such clusters changed with the number of steps (by up to 1e-3).
+    More steps must not change a converged value, in either version, and the value is the integral
+    (within the 15-node quadrature's error on these one-sided integrands, up to 4e-3: module docstring)."""
+    rng = np.random.default_rng(0)
+    for _ in range(20):
+        eta = rng.normal(-6.7, 0.6, (1, 30))
+        k = np.zeros(30)
+        k[0] = 1.0
+        args = (eta, k, np.ones(30), np.full((1, 1), 4.0), np.zeros(30, np.int64), 1)
+        for f in (binomial_cluster_loglik, binomial_cluster_loglik_numpy):
+            vals = [f(*args, newton=m)[0, 0] for m in (10, 12, 16, 40)]
+            assert max(vals) - min(vals) < 1e-12, vals
+        want = _quad_binomial(eta[0], k.astype(int), np.ones(30, int), 4.0)
+        assert binomial_cluster_loglik(*args)[0, 0] == pytest.approx(want, abs=2e-3)  # 15 nodes on a one-sided integrand
 
 
 def test_normal_cluster_loglik_is_the_multivariate_density():
