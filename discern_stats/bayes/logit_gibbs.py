@@ -183,14 +183,28 @@ def _sums_by_llm_scaled(tab, lr, scale, zg, gidx, llm, k, n, res, wgt):  # pragm
 
 
 @numba.njit(cache=True, nogil=True, parallel=True)
-def _loglik_by(tab, lr, ug, gidx, bins, k, n, out):  # pragma: no cover - compiled
-    """out[c, b] += k eta - n log(1 + e^eta) over the cells of each bin b = bins[i] (any order),
-    eta = tab[c, lr] + ug[c, g]: the binomial log-likelihood up to log C(n, k) per bin (a crossed
-    effect's level in step 7)."""
+def _sums_by_level(tab, lr, ug, gidx, lev, vlev, k, n, res, wgt):  # pragma: no cover - compiled
+    """`_sums_by` over the levels of a crossed effect with that effect's values added in the loop:
+    res[c, j] += k - n p, wgt[c, j] += n p (1 - p) over the cells i of level j = lev[i],
+    p = logistic(tab[c, lr] + vlev[c, j] + ug[c, g]) (no (chain x pair) array for tab + vlev[lev])."""
     for c in numba.prange(tab.shape[0]):  # chains in parallel
         for i in range(lr.shape[0]):
-            eta = tab[c, lr[i]] + ug[c, gidx[i]]
-            out[c, bins[i]] += k[i] * eta - n[i] * (max(eta, 0.0) + np.log1p(np.exp(-abs(eta))))
+            j = lev[i]
+            p = 1.0 / (1.0 + np.exp(-((tab[c, lr[i]] + vlev[c, j]) + ug[c, gidx[i]])))
+            res[c, j] += k[i] - n[i] * p
+            wgt[c, j] += n[i] * p * (1.0 - p)
+
+
+@numba.njit(cache=True, nogil=True, parallel=True)
+def _loglik_by_level(tab, lr, ug, gidx, lev, vlev, k, n, out):  # pragma: no cover - compiled
+    """out[c, j] += k eta - n log(1 + e^eta) over the cells i of level j = lev[i] of a crossed effect
+    (any order), eta = tab[c, lr] + vlev[c, j] + ug[c, g]: the binomial log-likelihood up to log C(n, k)
+    per level, with the effect's values added in the loop (step 7)."""
+    for c in numba.prange(tab.shape[0]):  # chains in parallel
+        for i in range(lr.shape[0]):
+            j = lev[i]
+            eta = (tab[c, lr[i]] + vlev[c, j]) + ug[c, gidx[i]]
+            out[c, j] += k[i] * eta - n[i] * (max(eta, 0.0) + np.log1p(np.exp(-abs(eta))))
 
 
 @numba.njit(cache=True, nogil=True, parallel=True)
@@ -709,14 +723,14 @@ def _step_crossed(s: _State, d: LogitDesign, cells: "_Cells", v: list, csig: np.
 
         def loglik(vt):
             out = np.zeros((C, J))
-            _loglik_by(base + vt[:, cells.plev[t]], cells.lr, s.group_u, cells.gidx, cell_lev[t], cells.k, cells.n, out)
+            _loglik_by_level(base, cells.lr, s.group_u, cells.gidx, cell_lev[t], np.ascontiguousarray(vt), cells.k,
+                             cells.n, out)
             return out
 
         centre = np.zeros((C, J))
         for _ in range(newton):
             res, h = np.zeros((C, J)), np.zeros((C, J))
-            _sums_by(base + centre[:, cells.plev[t]], cells.lr, s.group_u, cells.gidx, cell_lev[t], cells.k, cells.n,
-                     res, h)
+            _sums_by_level(base, cells.lr, s.group_u, cells.gidx, cell_lev[t], centre, cells.k, cells.n, res, h)
             h += iv2
             centre = centre + (res - iv2 * centre) / h
         prop = centre + rng.standard_normal((C, J)) / np.sqrt(h)
@@ -748,8 +762,8 @@ def _step_crossed(s: _State, d: LogitDesign, cells: "_Cells", v: list, csig: np.
         sc = sig_start[:, t].copy()
         for _ in range(newton):
             res, h = np.zeros((C, J)), np.zeros((C, J))
-            _sums_by(base + (sc[:, None] * z)[:, cells.plev[t]], cells.lr, s.group_u, cells.gidx, cell_lev[t], cells.k,
-                     cells.n, res, h)
+            _sums_by_level(base, cells.lr, s.group_u, cells.gidx, cell_lev[t], sc[:, None] * z, cells.k, cells.n,
+                           res, h)
             hs = (h * z ** 2).sum(1) + 1.0 / s02
             sc = sc + ((res * z).sum(1) - sc / s02) / hs
         prop_s = sc + rng.standard_normal(C) / np.sqrt(hs)
