@@ -196,15 +196,33 @@ def _sums_by_level(tab, lr, ug, gidx, lev, vlev, k, n, res, wgt):  # pragma: no 
 
 
 @numba.njit(cache=True, nogil=True, parallel=True)
-def _loglik_by_level(tab, lr, ug, gidx, lev, vlev, k, n, out):  # pragma: no cover - compiled
-    """out[c, j] += k eta - n log(1 + e^eta) over the cells i of level j = lev[i] of a crossed effect
-    (any order), eta = tab[c, lr] + vlev[c, j] + ug[c, g]: the binomial log-likelihood up to log C(n, k)
-    per level, with the effect's values added in the loop (step 7)."""
+def _loglik_by_level(tab, lr, ug, gidx, lev, vs, k, n, out):  # pragma: no cover - compiled
+    """out[a, c, j] = sum over the cells i of level j = lev[i] of a crossed effect (any order) of
+    k eta - n log(1 + e^eta), eta = tab[c, lr] + ug[c, g] + vs[a, c, j]: the binomial log-likelihood
+    up to log C(n, k) per level, for each of the V value arrays vs[a] (proposal and current state in
+    one pass, step 7). As `_loglik_groups`, log(1 + e^x) = max(x, 0) + log(1 + e^-|x|), the
+    (1 + e^-|x|) of n = 1 cells multiplied per level before one log (logged early past 1e280)."""
+    V, J = vs.shape[0], vs.shape[2]
     for c in numba.prange(tab.shape[0]):  # chains in parallel
+        lin = np.zeros((V, J))
+        prod = np.ones((V, J))
         for i in range(lr.shape[0]):
             j = lev[i]
-            eta = (tab[c, lr[i]] + vlev[c, j]) + ug[c, gidx[i]]
-            out[c, j] += k[i] * eta - n[i] * (max(eta, 0.0) + np.log1p(np.exp(-abs(eta))))
+            e0 = tab[c, lr[i]] + ug[c, gidx[i]]
+            for a in range(V):
+                eta = e0 + vs[a, c, j]
+                lin[a, j] += k[i] * eta - n[i] * max(eta, 0.0)
+                base = 1.0 + np.exp(-abs(eta))
+                if n[i] == 1.0:
+                    prod[a, j] *= base
+                    if prod[a, j] > 1e280:
+                        lin[a, j] -= np.log(prod[a, j])
+                        prod[a, j] = 1.0
+                else:
+                    lin[a, j] -= n[i] * np.log(base)
+        for a in range(V):
+            for jj in range(J):
+                out[a, c, jj] = lin[a, jj] - np.log(prod[a, jj])
 
 
 @numba.njit(cache=True, nogil=True, parallel=True)
@@ -721,10 +739,10 @@ def _step_crossed(s: _State, d: LogitDesign, cells: "_Cells", v: list, csig: np.
         base = _table(s.theta, cells)  # without v_t
         iv2 = 1.0 / csig[:, t, None] ** 2
 
-        def loglik(vt):
-            out = np.zeros((C, J))
-            _loglik_by_level(base, cells.lr, s.group_u, cells.gidx, cell_lev[t], np.ascontiguousarray(vt), cells.k,
-                             cells.n, out)
+        def loglik(*vts):  # per level, at each of the values vts (one pass)
+            vs = np.ascontiguousarray(np.stack(vts))
+            out = np.empty_like(vs)
+            _loglik_by_level(base, cells.lr, s.group_u, cells.gidx, cell_lev[t], vs, cells.k, cells.n, out)
             return out
 
         centre = np.zeros((C, J))
@@ -734,10 +752,12 @@ def _step_crossed(s: _State, d: LogitDesign, cells: "_Cells", v: list, csig: np.
             h += iv2
             centre = centre + (res - iv2 * centre) / h
         prop = centre + rng.standard_normal((C, J)) / np.sqrt(h)
-        log_a = (loglik(prop) - 0.5 * iv2 * prop ** 2 - loglik(v[t]) + 0.5 * iv2 * v[t] ** 2
+        ll_prop, ll_cur = loglik(prop, v[t])
+        log_a = (ll_prop - 0.5 * iv2 * prop ** 2 - ll_cur + 0.5 * iv2 * v[t] ** 2
                  + 0.5 * h * ((prop - centre) ** 2 - (v[t] - centre) ** 2))
         ok = np.log(rng.random((C, J))) < log_a
         v[t] = np.where(ok, prop, v[t])
+        ll_v = np.where(ok, ll_prop, ll_cur)  # per level at the new v_t: unchanged by 7b and by sigma_t | v_t
         acc[:, t] = ok.mean(1)
         if moves is None:  # crossed_moves=False: v_t and the centred sigma_t step only
             cells.offset = sum((v[q][:, cells.plev[q]] for q in range(len(v))), np.zeros_like(cells.offset))
@@ -769,8 +789,8 @@ def _step_crossed(s: _State, d: LogitDesign, cells: "_Cells", v: list, csig: np.
         prop_s = sc + rng.standard_normal(C) / np.sqrt(hs)
         pos = prop_s > 0  # the target is 0 below 0: such proposals are rejected
         prop_s = np.where(pos, prop_s, csig[:, t])
-        log_a = (loglik(prop_s[:, None] * z).sum(1) - 0.5 * prop_s ** 2 / s02
-                 - loglik(csig[:, t, None] * z).sum(1) + 0.5 * csig[:, t] ** 2 / s02
+        log_a = (loglik(prop_s[:, None] * z)[0].sum(1) - 0.5 * prop_s ** 2 / s02
+                 - ll_v.sum(1) + 0.5 * csig[:, t] ** 2 / s02
                  + 0.5 * hs * ((prop_s - sc) ** 2 - (csig[:, t] - sc) ** 2))
         ok_s = pos & (np.log(rng.random(C)) < log_a)
         csig[:, t] = np.where(ok_s, prop_s, csig[:, t])
