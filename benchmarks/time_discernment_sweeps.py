@@ -63,7 +63,7 @@ def main(argv=None) -> None:
     default_sweeps = 1000 + GIBBS_TUNE
     print(f"sampling {sampling:.1f} s ({sampling / sweeps:.3f} s per sweep); saved-fit groups "
           f"{m.sampler.get('predictive_s', float('nan')):.1f} s; whole fit {wall:.1f} s")
-    print(f"extrapolated default fit (4 chains x {default_sweeps} sweeps): "
+    print(f"extrapolated fit of {a.chains} chains x {default_sweeps} sweeps (the default draws and burn-in): "
           f"{sampling / sweeps * default_sweeps:.0f} s sampling + the groups at the default draws")
 
 

@@ -48,7 +48,7 @@ import xarray as xr
 GH_NODES = 15  # adaptive Gauss-Hermite nodes per cluster
 NEWTON_STEPS = 12  # to the mode of the cluster integrand (h is strictly concave)
 MAX_STEP = 3.0  # largest Newton step, in SDs of the effect
-NEWTON_TOL = 1e-10  # a cluster's Newton steps stop once x moves less than this (SDs)
+NEWTON_TOL = 1e-10  # a Newton step under this (SDs of the effect) ends a cluster's steps, taken without bisection
 PREDICTIVE_DRAWS = 1000  # log-likelihood draws kept at most (all chains together)
 PPC_DRAWS = 200  # posterior predictive draws kept at most
 ROW_EVALS = 2e9  # at most this many row x draw evaluations of the binomial integral (thins further at scale)
