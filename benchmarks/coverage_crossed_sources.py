@@ -111,18 +111,13 @@ def components(df: pd.DataFrame, resamples: int, seed: int, unstratified: bool =
         s = st[m]
         if s.get("boot") is None:  # point estimate only (the truths)
             out[m] = (s["estimate"], np.nan, np.nan, df.item_id.nunique(), df.source.nunique(), s["n"], np.nan, np.nan,
-                      np.nan, np.nan, np.nan)
+                      np.nan)
             continue
         b = s["boot"][np.isfinite(s["boot"])]
         out[m] = (s["estimate"], b.var(ddof=1), source_variance(s["source_term"]),
                   df.item_id.nunique(), df.source.nunique(), s["n"], *replicate_variances(s),
-                  s["source_term"].n_strata, _none_nan(s["source_term"].var_of_source_variance),
-                  _none_nan(s["source_term"].var_of_var_source))
+                  s["source_term"].n_strata)
     return out
-
-
-def _none_nan(x: float | None) -> float:
-    return np.nan if x is None else float(x)
 
 
 def replicate_variances(s: dict) -> tuple[float, float]:
@@ -159,7 +154,7 @@ def run(args: argparse.Namespace) -> None:
             res[f"sets|{name}|{G}"] = np.array(rows, float)  # sets x metrics x 5
             print(f"SD {name}, pool {G}: {args.sets} sets in {time.time() - t0:.0f} s", flush=True)
     np.savez(args.out, **res)
-    summarise(args.out, detail=args.detail, net=args.net_df)
+    summarise(args.out, detail=args.detail)
 
 
 PROPORTIONS = ("rel_propensity", "truth_propensity")  # the package's Wilson interval at the clustered n_eff
@@ -184,23 +179,16 @@ def interval(m: str, row: np.ndarray, small: bool | str, level: float) -> dict:
                                        else None)
         finally:
             crossed.SOURCE_DF_SHARE = share
-    from discern_stats.stats import crossed as _cr
-    _cr.HYBRID = small == "hybrid"
-    if small == "hybrid":
-        small = "net"
     est, v_item, v_source, n_i, n_s = row[:5]
     bounds = (-1.0, 1.0) if m in ("SD", "TD", "rho_pop") else (0.0, 1.0)
     proportion = (int(row[5]), int(n_i)) if small and m in PROPORTIONS and len(row) > 5 else None
     return crossed_se_interval(est, v_item, v_source, level=level, chance=None, bounds=bounds,
                                n_items=int(n_i) if small else None, n_sources=int(n_s) if small else None,
                                proportion=proportion, v_source_resample=row[6] if len(row) > 6 else None,
-                               source_strata=int(row[8]) if len(row) > 8 and small else 1,
-                               v_source_var=(row[9] if small == "net" and len(row) > 9 else
-                                             row[10] if small == "kurt" and len(row) > 10 else None))
+                               source_strata=int(row[8]) if len(row) > 8 and small else 1)
 
 
-def summarise(paths: str, level: float = 0.95, detail: bool = False, previous: bool = False,
-              net: bool = False) -> None:
+def summarise(paths: str, level: float = 0.95, detail: bool = False, previous: bool = False) -> None:
     """The coverage table of one or more result files (comma-separated); the data sets of one cell in
     several files are pooled (runs with other ``--seed``s add data sets), and the truths are the mean
     of every truth draw in all of them. ``detail``: per metric, the bias of the estimate and the ratio
@@ -226,16 +214,13 @@ def summarise(paths: str, level: float = 0.95, detail: bool = False, previous: b
         sets = z[key]
         truth = truths[name].mean(axis=0)
         rules = [("normal z (old)", False)] + [("small-cluster, df before", "previous")] * previous
-        rules += [("small-cluster, df from var(net)", "net")] * (net and sets.shape[2] > 9)
-        rules += [("small-cluster, hybrid", "hybrid")] * (net and sets.shape[2] > 9)
-        rules += [("small-cluster, df from var(var_source)", "kurt")] * (net and sets.shape[2] > 10)
         for label, small in rules + [("small-cluster (new)", True)]:
             cov, ratio = [], []
             for k, m in enumerate(METRICS):
                 ivs = [interval(m, row, small, level) for row in sets[:, k]]
                 cov.append(f"{np.mean([iv['lo'] <= truth[k] <= iv['hi'] for iv in ivs]):.3f}")
                 ratio.append(np.mean([iv["se"] for iv in ivs]) / sets[:, k, 0].std(ddof=1))
-                if small in (True, "net", "kurt") and detail:
+                if small is True and detail:
                     est, vi, vs, ni, ns = sets[:, k, :5].T
                     h = sets[:, k, 8] if sets.shape[2] > 8 else 1
                     v = vi * ni / (ni - 1) + vs * ns / (ns - h)
@@ -277,9 +262,6 @@ def main() -> None:
     ap.add_argument("--detail", action="store_true", help="bias, variance ratio, source share and df per metric")
     ap.add_argument("--previous-df", action="store_true",
                     help="also the small-cluster interval with the degrees of freedom before (source term on (G-1)/3)")
-    ap.add_argument("--net-df", action="store_true",
-                    help="also the small-cluster interval with the degrees of freedom from the estimated variance of "
-                    "the net source term (crossed.SourceTerm.var_of_source_variance)")
     ap.add_argument("--df-share", type=float, default=None,
                     help="degrees of freedom of var_source as this share of G_source - H (default: the package's)")
     args = ap.parse_args()
@@ -287,7 +269,7 @@ def main() -> None:
         from discern_stats.stats import crossed
         crossed.SOURCE_DF_SHARE = args.df_share
     if args.summarise:
-        summarise(args.summarise, detail=args.detail, previous=args.previous_df, net=args.net_df)
+        summarise(args.summarise, detail=args.detail, previous=args.previous_df)
     else:
         run(args)
 

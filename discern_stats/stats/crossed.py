@@ -191,52 +191,10 @@ class SourceTerm:
     source_sums: np.ndarray
     var_cell: float
     source_stratum: np.ndarray | None = None  # stratum code per source (None: one stratum)
-    cell_squares: np.ndarray | None = None  # per source: the sum of its cells' squared sums (None: not kept)
-    cell_counts: np.ndarray | None = None  # per source: its number of cells (those var_cell resamples)
 
     @property
     def var_source(self) -> float:
         return resample_variance(self.source_sums, self.source_stratum)
-
-    @property
-    def var_of_source_variance(self) -> float | None:
-        """Estimated sampling variance of the net term var_source - var_cell (None without
-        ``cell_squares``). Both are sums over sources (within strata where the term has them):
-        var_source = sum_j (S_j - Sbar_h)^2 and var_cell = sum_j sum_{c in j} (C_c - Cbar_h)^2 (S_j the
-        source sum, C_c the cell sums, the bars the means over the stratum's sources and cells), so the
-        net term is sum_j d_j with d_j = (S_j - Sbar_h)^2 - sum_{c in j} (C_c - Cbar_h)^2, and its variance
-        is estimated as that of a sum of G independent terms, G / (G - 1) sum_j (d_j - mean d)^2."""
-        if self.cell_squares is None or self.cell_counts is None:
-            return None
-        S, Q, n = (np.asarray(x, float) for x in (self.source_sums, self.cell_squares, self.cell_counts))
-        G = S.size
-        if G < 2 or not (np.all(np.isfinite(S)) and np.all(np.isfinite(Q))):
-            return None
-        h = np.zeros(G, np.int64) if self.source_stratum is None else self.source_stratum
-        H = int(h.max()) + 1
-        g, tot, cells = (np.bincount(h, w, minlength=H) for w in (None, S, n))
-        s_bar = (tot / np.maximum(g, 1))[h]
-        c_bar = (tot / np.maximum(cells, 1))[h]
-        d = (S - s_bar) ** 2 - (Q - 2 * c_bar * S + n * c_bar ** 2)
-        return float(G / (G - 1) * np.sum((d - d.mean()) ** 2))
-
-    @property
-    def var_of_var_source(self) -> float | None:
-        """Estimated sampling variance of var_source (within strata where it has them): var_source is
-        sum_j e_j with e_j = (S_j - mean of S in j's stratum)^2, so G / (G - 1) sum_j (e_j - mean e)^2
-        (the fourth moment of the source sums: under normal source sums it is about 2 var_source^2 / G;
-        heavy-tailed source effects make it larger)."""
-        a = np.asarray(self.source_sums, float)
-        G = a.size
-        if G < 2 or not np.all(np.isfinite(a)):
-            return None
-        if self.source_stratum is None:
-            e = (a - a.mean()) ** 2
-        else:
-            g = np.bincount(self.source_stratum, minlength=int(self.source_stratum.max()) + 1)
-            tot = np.bincount(self.source_stratum, a, minlength=g.size)
-            e = (a - (tot / np.maximum(g, 1))[self.source_stratum]) ** 2
-        return float(G / (G - 1) * np.sum((e - e.mean()) ** 2))
 
     @property
     def n_strata(self) -> int:
@@ -249,11 +207,8 @@ class SourceTerm:
         variances add (the cells of the two levels are disjoint); strata where both have the same."""
         same = (self.source_stratum is not None and other.source_stratum is not None
                 and np.array_equal(self.source_stratum, other.source_stratum))
-        kept = not (self.cell_squares is None or other.cell_squares is None)
         return SourceTerm(self.source_sums - other.source_sums, self.var_cell + other.var_cell,
-                          self.source_stratum if same else None,
-                          self.cell_squares + other.cell_squares if kept else None,
-                          self.cell_counts + other.cell_counts if kept else None)
+                          self.source_stratum if same else None)
 
 
 def resample_variance(sums: np.ndarray, strata: np.ndarray | None = None) -> float:
@@ -278,16 +233,13 @@ def linear_source_terms(psi: list[np.ndarray], ix: CrossedIndex, within_strata: 
     the source strata (a cell in its source's stratum), else unstratified."""
     strata = ix.source_stratum if within_strata else None
     cell_stratum = None
-    cell_source = np.maximum(ix.cell_levels()[1], 0)  # cells without rows weigh nothing
-    counts = np.bincount(cell_source, minlength=ix.n_sources)
-    if strata is not None:  # each cell in its source's stratum
-        cell_stratum = strata[cell_source]
+    if strata is not None:  # each cell in its source's stratum (cells without rows weigh nothing)
+        cell_stratum = strata[np.maximum(ix.cell_levels()[1], 0)]
     out = []
     for p in psi:
         by_cell = np.bincount(ix.cell, p, minlength=ix.n_cells)
-        squares = np.bincount(cell_source, by_cell ** 2, minlength=ix.n_sources)
         out.append(SourceTerm(np.bincount(ix.source, p, minlength=ix.n_sources),
-                              resample_variance(by_cell, cell_stratum), strata, squares, counts))
+                              resample_variance(by_cell, cell_stratum), strata))
     return out
 
 
@@ -354,13 +306,11 @@ def source_variance(term: SourceTerm) -> float:
     return max(0.0, v) if np.isfinite(v) else 0.0
 
 
-HYBRID = False
 SOURCE_DF_SHARE = 1 / 2  # degrees of freedom of var_source: (G_source - H) / 2 (see small_cluster_df)
 
 
 def small_cluster_df(v_item: float, v_source: float, n_items: int, n_sources: int,
-                     v_source_resample: float | None = None, source_strata: int = 1,
-                     v_source_var: float | None = None) -> float:
+                     v_source_resample: float | None = None, source_strata: int = 1) -> float:
     """Satterthwaite degrees of freedom of V = V_item + V_source, V_source = var_source - var_cell
     (Satterthwaite 1946, as for an ANOVA variance component formed from two mean squares):
 
@@ -385,13 +335,7 @@ def small_cluster_df(v_item: float, v_source: float, n_items: int, n_sources: in
     gross = v_source if v_source_resample is None else max(float(v_source_resample), float(v_source))
     df_source = max((n_sources - source_strata) * SOURCE_DF_SHARE, 1.0)
     num = (v_item + v_source) ** 2
-    if v_source_var is not None and np.isfinite(v_source_var) and HYBRID:
-        den = v_item ** 2 / max(n_items - 1, 1) + min(gross ** 2 / df_source,
-                                                      max(v_source_var / 2, v_source ** 2 / df_source))
-    elif v_source_var is not None and np.isfinite(v_source_var):
-        den = v_item ** 2 / max(n_items - 1, 1) + v_source_var / 2
-    else:
-        den = v_item ** 2 / max(n_items - 1, 1) + gross ** 2 / df_source
+    den = v_item ** 2 / max(n_items - 1, 1) + gross ** 2 / df_source
     return float(max(num / den, 1.0)) if den > 0 else float(max(min(n_items - 1, df_source), 1))
 
 
@@ -407,8 +351,7 @@ def wilson(p: float, n_eff: float, q: float) -> tuple[float, float]:
 def crossed_se_interval(estimate: float, v_item: float, v_source: float, *, level: float, chance: float | None,
                         bounds: tuple[float, float], n_items: int | None = None, n_sources: int | None = None,
                         proportion: tuple[int, int] | None = None, p_floor: float = 0.0,
-                        v_source_resample: float | None = None, source_strata: int = 1,
-                        v_source_var: float | None = None) -> dict:
+                        v_source_resample: float | None = None, source_strata: int = 1) -> dict:
     """lo, hi, p_value, se (and df) from the two variance components (and ``v_source_resample``,
     var_source, whose difference with var_cell is ``v_source``: the degrees of freedom).
 
@@ -439,8 +382,7 @@ def crossed_se_interval(estimate: float, v_item: float, v_source: float, *, leve
         scale = n_sources / (n_sources - source_strata)
         v_source = v_source * scale
         gross = None if v_source_resample is None else v_source_resample * scale
-        vvar = None if v_source_var is None else v_source_var * scale ** 2
-        df = small_cluster_df(v_item, v_source, n_items, n_sources, gross, source_strata, vvar)
+        df = small_cluster_df(v_item, v_source, n_items, n_sources, gross, source_strata)
     se = float(np.sqrt(v_item + v_source))
     law = sps.norm if not np.isfinite(df) else sps.t(df)
     if proportion is not None:
