@@ -195,7 +195,7 @@ def test_recovers_source_sd(family):
 
 def test_discernment_config_builds_crossed_effects():
     """source_effects / shared_item_effects add one CrossedEffect each per part, their scales are
-    nuisance variables; off by default."""
+    nuisance variables; both on by default."""
     import pandas as pd
     from discern_stats.bayes.discernment import DiscernmentModel
     rng = np.random.default_rng(0)
@@ -209,9 +209,10 @@ def test_discernment_config_builds_crossed_effects():
                        "item_id": rng.integers(0, 8, n).astype(str), "llm": rng.choice(["m1", "m2"], n),
                        "strategy": "zero-shot", "source": [f"s{j}" for j in src],
                        "reliability": rng.random(10)[src], "popularity": rng.random(10)[src]})
-    off = DiscernmentModel(df)
+    off = DiscernmentModel(df, source_effects=False, shared_item_effects=False)
     assert all(not s.crossed for s in off.specs().values())
-    on = DiscernmentModel(df, source_effects=True, shared_item_effects=True)
+    on = DiscernmentModel(df)
+    assert on.config["source_effects"] and on.config["shared_item_effects"]
     for part, s in on.specs().items():
         assert [t.sigma_name for t in s.crossed] == [f"{part}_sigma_source", f"{part}_sigma_shared_item"]
         assert f"{part}_sigma_source" in on.nuisance_vars
@@ -426,3 +427,23 @@ def test_level_loglik_kernel_equals_the_plain_sum():
             eta = tab[c, lr] + ug[c, gidx] + vs[a, c, lev]
             want = np.bincount(lev, weights=k * eta - n * np.logaddexp(0.0, eta), minlength=J)
             np.testing.assert_allclose(out[a, c], want, rtol=1e-12, atol=1e-9)
+
+
+def test_default_crossed_effects_need_a_source_column_and_say_how_to_do_without():
+    """The crossed effects are on by default: data without a 'source' column get one line naming the
+    column and the switch, and the model without them still fits such data."""
+    from discern_stats.bayes.discernment import DiscernmentModel
+    from discern_stats.core.errors import InputError
+    import pandas as pd
+    rng = np.random.default_rng(1)
+    n = 200
+    prior = 100 * np.exp(rng.normal(0, 0.5, n)).round(2)
+    claim = 100 * rng.choice([0.5, 2.0], n)
+    df = pd.DataFrame({"valid": True, "truth": 100.0, "prior": prior, "claim": claim,
+                       "posterior": prior + rng.choice([0, 0.5, 1.0], n) * (claim - prior),
+                       "item_id": rng.integers(0, 8, n).astype(str), "llm": "m1", "strategy": "zero-shot",
+                       "reliability": rng.random(n), "popularity": rng.random(n)})
+    with pytest.raises(InputError, match=r"'source' column.*source_effects=False"):
+        DiscernmentModel(df)
+    m = DiscernmentModel(df, source_effects=False)
+    assert all(t.sigma_name.endswith("shared_item") for s in m.specs().values() for t in s.crossed)

@@ -76,7 +76,7 @@ def test_pymc_build_has_the_spec_likelihood():
     """At a random point, the log-density of the PyMC build of the four parts equals the sum of a
     hand-written log-likelihood + log-prior from the same numbers (binomial and normal parts)."""
     df, _ = simulate(n_llm=2, n_strategy=1, n_items=6, per_item=5, seed=3)
-    m = DiscernmentModel(df)
+    m = DiscernmentModel(df, source_effects=False, shared_item_effects=False)  # the crossed terms: test_crossed_effects
     model = m.build()
     rng = np.random.default_rng(0)
     point = model.initial_point()

@@ -40,7 +40,8 @@ def test_prior_predictive_shares():
     counts = m.data.response.value_counts(normalize=True)  # all rows: fewer than max_rows here
     for k in ("none", "partial", "full", "away"):
         assert t.loc[k, "observed"] == pytest.approx(counts.get(k, 0.0))
-    tight = DiscernmentModel(df, intercept_sd=1e-3, slope_sd=1e-3, tau_sd=1e-3, item_sd=1e-3)
+    tight = DiscernmentModel(df, intercept_sd=1e-3, slope_sd=1e-3, tau_sd=1e-3, item_sd=1e-3, source_sd=1e-3,
+                             shared_item_sd=1e-3)
     q = tight.prior_predictive(draws=200, seed=1).set_index("quantity")
     # every part at p = 1/2: P(none) = 1/2, P(away) = 1/4, P(full) = P(partial) = 1/8; binomial noise only
     for k, share in (("none", 0.5), ("away", 0.25), ("full", 0.125), ("partial", 0.125)):
@@ -62,9 +63,11 @@ def test_prior_predictive_draws_the_crossed_effects():
         q = DiscernmentModel(df, **tight, **kw).prior_predictive(draws=200, seed=1).set_index("quantity")
         return float(q.loc["median partial fraction", "prior_q95"] - q.loc["median partial fraction", "prior_q05"])
 
-    base = width()
-    assert width(source_effects=True, source_sd=3.0) > 3 * base
-    assert width(shared_item_effects=True, shared_item_sd=3.0) > 3 * base
+    off = dict(source_effects=False, shared_item_effects=False)
+    base = width(**off)
+    assert width(**(off | dict(source_effects=True, source_sd=3.0))) > 3 * base
+    assert width(**(off | dict(shared_item_effects=True, shared_item_sd=3.0))) > 3 * base
+    assert width(source_sd=1e-3, shared_item_sd=1e-3) < 1.5 * base  # the defaults have both, here near 0
 
 
 @pytest.mark.slow
