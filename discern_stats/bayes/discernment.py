@@ -47,8 +47,9 @@ Crossed effects (issue 25.2; ``source_effects``, ``shared_item_effects``, both o
 2026-12-07; ``=False`` gives the model without them): reliability and popularity vary between
 sources, not rows, so rows of one source share whatever else the source carries, and the items are
 the same for every LLM. Without these terms the slopes' intervals ignore that dependence: on
-held-out data with source effects the group slopes' 94 % intervals covered 0.906, with them
-0.95-0.97 (BENCHMARKS.md, "Discernment crossed effects: coverage"). Each part gains
+held-out data with source effects the group slopes' 94 % intervals covered 0.906 without them (an
+early 2-replicate check) and 0.95-0.97 with them (30 replicates; BENCHMARKS.md, "Discernment crossed
+effects: coverage"). Each part gains
 
     eta_part += v[source] + w[item],  v ~ N(0, sigma_source),  w ~ N(0, sigma_shared_item)
     sigma_source ~ HalfNormal(source_sd),  sigma_shared_item ~ HalfNormal(shared_item_sd)
