@@ -462,4 +462,5 @@ def test_discernment_page_shows_the_model_section(rendered):
     crossed = DiscernmentModel.default_config["source_effects"]
     assert ("integrated over their distribution (a new item from a new source)" if crossed
             else "integrated over their distribution (a new item)") in text
+    assert ("source SD HalfNormal(" in text) == crossed  # the prior predictive note names the priors it drew
     assert "away from claim (f < 0)" in text and "past claim (f > 1)" in text  # the away split, counted

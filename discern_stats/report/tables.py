@@ -983,12 +983,15 @@ def prior_predictive_table(ctx: ReportContext) -> GT:
         return None
     m = ctx.model("discernment")
     c = m.config
+    crossed = "".join(f"; {label} SD HalfNormal({c[key]:g})" for on, label, key in (
+        (c.get("source_effects"), "source", "source_sd"),
+        (c.get("shared_item_effects"), "shared item", "shared_item_sd")) if on)
     return (_gt(df, rowname_col="quantity").tab_header("Prior predictive check of the discernment model",
                                                        "share of posteriors (%) simulated from the priors alone")
             .fmt_number(columns=["prior 5 %", "prior median", "prior 95 %", "observed"], decimals=1)
             .tab_source_note(f"200 draws from the priors (slopes: μ ~ N(0, {c['slope_sd']:g}), τ ~ Gamma({c['tau_shape']:g}, "
                              f"{c['tau_shape'] / c['tau_sd']:g}); intercepts N(0, {c['intercept_sd']:g}); LLM × item SD "
-                             f"HalfNormal({c['item_sd']:g}); residual SD HalfNormal({c['resid_sd']:g})), a response "
+                             f"HalfNormal({c['item_sd']:g}){crossed}; residual SD HalfNormal({c['resid_sd']:g})), a response "
                              "simulated for each of the data's posteriors (at most 20,000), and the 5 %, 50 % and 95 % "
                              "quantiles over the draws beside the observed share. A NO is a prior that puts the data "
                              "in its tails."))
