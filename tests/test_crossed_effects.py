@@ -193,22 +193,26 @@ def test_recovers_source_sd(family):
     assert np.corrcoef(v, spec.true_v)[0, 1] > 0.9
 
 
-def test_discernment_config_builds_crossed_effects():
-    """source_effects / shared_item_effects add one CrossedEffect each per part, their scales are
-    nuisance variables; both on by default."""
+def _discernment_rows(rng: np.random.Generator, n: int):
+    """n Design A rows (truth 100, claims x0.5 or x2, 8 items, 2 LLMs, 10 sources with their own
+    reliability and popularity) for the discernment model's config checks."""
     import pandas as pd
-    from discern_stats.bayes.discernment import DiscernmentModel
-    rng = np.random.default_rng(0)
-    n = 600
     src = rng.integers(0, 10, n)
     truth = np.full(n, 100.0)
     prior = truth * np.exp(rng.normal(0, 0.5, n)).round(2)
     claim = truth * rng.choice([0.5, 2.0], n)
     post_ = prior + rng.choice([0, 0.5, 1.0, -0.3], n) * (claim - prior)
-    df = pd.DataFrame({"valid": True, "truth": truth, "prior": prior, "posterior": post_, "claim": claim,
-                       "item_id": rng.integers(0, 8, n).astype(str), "llm": rng.choice(["m1", "m2"], n),
-                       "strategy": "zero-shot", "source": [f"s{j}" for j in src],
-                       "reliability": rng.random(10)[src], "popularity": rng.random(10)[src]})
+    return pd.DataFrame({"valid": True, "truth": truth, "prior": prior, "posterior": post_, "claim": claim,
+                         "item_id": rng.integers(0, 8, n).astype(str), "llm": rng.choice(["m1", "m2"], n),
+                         "strategy": "zero-shot", "source": [f"s{j}" for j in src],
+                         "reliability": rng.random(10)[src], "popularity": rng.random(10)[src]})
+
+
+def test_discernment_config_builds_crossed_effects():
+    """source_effects / shared_item_effects add one CrossedEffect each per part, their scales are
+    nuisance variables; both on by default."""
+    from discern_stats.bayes.discernment import DiscernmentModel
+    df = _discernment_rows(np.random.default_rng(0), 600)
     off = DiscernmentModel(df, source_effects=False, shared_item_effects=False)
     assert all(not s.crossed for s in off.specs().values())
     on = DiscernmentModel(df)
@@ -434,15 +438,7 @@ def test_default_crossed_effects_need_a_source_column_and_say_how_to_do_without(
     column and the switch, and the model without them still fits such data."""
     from discern_stats.bayes.discernment import DiscernmentModel
     from discern_stats.core.errors import InputError
-    import pandas as pd
-    rng = np.random.default_rng(1)
-    n = 200
-    prior = 100 * np.exp(rng.normal(0, 0.5, n)).round(2)
-    claim = 100 * rng.choice([0.5, 2.0], n)
-    df = pd.DataFrame({"valid": True, "truth": 100.0, "prior": prior, "claim": claim,
-                       "posterior": prior + rng.choice([0, 0.5, 1.0], n) * (claim - prior),
-                       "item_id": rng.integers(0, 8, n).astype(str), "llm": "m1", "strategy": "zero-shot",
-                       "reliability": rng.random(n), "popularity": rng.random(n)})
+    df = _discernment_rows(np.random.default_rng(1), 200).drop(columns=["source"])
     with pytest.raises(InputError, match=r"'source' column.*source_effects=False"):
         DiscernmentModel(df)
     m = DiscernmentModel(df, source_effects=False)

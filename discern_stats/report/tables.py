@@ -929,6 +929,14 @@ def discernment_gate_note(ctx: ReportContext) -> "_HTML | None":
     return _HTML("".join(parts))
 
 
+def _crossed_effects_on(c: dict) -> list[tuple[str, str, float]]:
+    """(short label, description, prior SD) of each crossed effect a discernment fit's config has
+    (`DiscernmentModel` source_effects / shared_item_effects), the shared item effect first."""
+    return [(short, long, float(c[sd])) for on, sd, short, long in (
+        ("shared_item_effects", "shared_item_sd", "shared item", "the item effect shared by every group"),
+        ("source_effects", "source_sd", "source", "the source effect")) if c.get(on)]
+
+
 @needs("l2d")
 def implied_table(ctx: ReportContext) -> GT:
     df = implied_frame(ctx)
@@ -936,8 +944,7 @@ def implied_table(ctx: ReportContext) -> GT:
         return _HTML(f"<p>No saved discernment fit ({ctx.model_error('discernment')}).</p>")
     flag = fit_flag(ctx, "discernment")
     c = ctx.model("discernment").config
-    crossed = [w for on, w in ((c.get("shared_item_effects"), "the item effect shared by every group"),
-                               (c.get("source_effects"), "the source effect")) if on]
+    crossed = [long for _, long, _ in _crossed_effects_on(c)]
     integrated = ("The LLM × item effects" + (f" and {' and '.join(crossed)}" if crossed else "")
                   + " are integrated over their distribution (a new item"
                   + (" from a new source" if c.get("source_effects") else "") + "), not set to 0.")
@@ -983,9 +990,7 @@ def prior_predictive_table(ctx: ReportContext) -> GT:
         return None
     m = ctx.model("discernment")
     c = m.config
-    crossed = "".join(f"; {label} SD HalfNormal({c[key]:g})" for on, label, key in (
-        (c.get("source_effects"), "source", "source_sd"),
-        (c.get("shared_item_effects"), "shared item", "shared_item_sd")) if on)
+    crossed = "".join(f"; {short} SD HalfNormal({sd:g})" for short, _, sd in _crossed_effects_on(c))
     return (_gt(df, rowname_col="quantity").tab_header("Prior predictive check of the discernment model",
                                                        "share of posteriors (%) simulated from the priors alone")
             .fmt_number(columns=["prior 5 %", "prior median", "prior 95 %", "observed"], decimals=1)
