@@ -6,8 +6,9 @@ not from the model or `discern_stats.simulate`; item effects shared across LLMs,
 API (``discern_stats.fit("discernment", df, folder, refit=True, fit_kwargs=...)``, the model's default
 sampler) and reports, per part and term (reliability, popularity, popularity - reliability), the share
 of true slopes inside the model's reported 94 % intervals (`summary_table`: hdi_lo, hdi_hi), for the
-LLM x strategy groups and for the pooled "(mean over groups)" row (truth: the generator's population
-mean slope). Monte Carlo SE: binomial, sqrt(p (1 - p) / n), and by replicate (SD of the replicates'
+LLM x strategy groups and for the two pooled rows: "(mean over groups)" (truth: the average of the
+generator's group slopes, the finite-population mean) and "(population mean)" (truth: the generator's
+population mean slope, mu plus the mean of its fixed strategy effects). Monte Carlo SE: binomial, sqrt(p (1 - p) / n), and by replicate (SD of the replicates'
 shares / sqrt(R)); the groups of one data set share their data and are not independent, so the second
 is the honest one once R is large enough to estimate it. Each fit's convergence gate (``diagnostics``)
 is printed.
@@ -40,7 +41,9 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from heldout_l2d import Layout, generate, with_differences  # noqa: E402
 
 TERMS = ("reliability", "popularity", "popularity - reliability")
-POOLED = "(mean over groups)"
+POOLED = "(mean over groups)"  # `core.vocab.MEAN_OVER_GROUPS` (the script runs against older commits too)
+POPULATION = "(population mean)"  # `core.vocab.POPULATION_MEAN`
+LEVELS = {POOLED: "mean over groups", POPULATION: "population mean"}
 
 
 def model_truth(truth: dict, scales: dict | None) -> tuple[pd.DataFrame, pd.DataFrame, float]:
@@ -58,8 +61,9 @@ def model_truth(truth: dict, scales: dict | None) -> tuple[pd.DataFrame, pd.Data
     w = pop.pivot(index="part", columns="term", values="slope")
     diff = pd.DataFrame({"part": w.index, "term": "popularity - reliability",
                          "slope": (w["popularity"] - w["reliability"]).to_numpy()})
-    pooled = pd.concat([pop[["part", "term", "slope"]], diff], ignore_index=True).assign(group=POOLED)
-    return groups, pooled, worst
+    population = pd.concat([pop[["part", "term", "slope"]], diff], ignore_index=True).assign(group=POPULATION)
+    finite = groups.groupby(["part", "term"], as_index=False).slope.mean().assign(group=POOLED)
+    return groups, pd.concat([finite, population], ignore_index=True), worst
 
 
 def one_fit(df: pd.DataFrame, rep: int, draws: int, chains: int, config: dict | None = None):
@@ -81,7 +85,7 @@ def score(m, truth: dict) -> tuple[pd.DataFrame, float]:
     want = pd.concat([groups[["part", "group", "term", "slope"]], pooled], ignore_index=True)
     x = tab.merge(want, on=["part", "group", "term"], how="inner")
     x["hit"] = (x.slope >= x.hdi_lo) & (x.slope <= x.hdi_hi)
-    x["level"] = np.where(x.group == POOLED, "pooled", "group")
+    x["level"] = x.group.map(LEVELS).fillna("group")
     return x[["part", "group", "term", "level", "slope", "mean", "hdi_lo", "hdi_hi", "hit"]], worst
 
 

@@ -11,6 +11,7 @@ import pytest
 import discern_stats as ds
 from discern_stats.bayes import ConvergenceWarning, CueWeightModel, DiscernmentModel, InterventionContrastModel
 from discern_stats.bayes.base import hdi_columns
+from discern_stats.core.vocab import MEAN_OVER_GROUPS, POPULATION_MEAN
 from discern_stats.collect.runner import collect
 from discern_stats.collect.spec import spec_from_dict
 from discern_stats.simulate.respondent import get_profile, true_cue_weights
@@ -141,7 +142,8 @@ def test_discernment_slopes_recovered(tmp_path):
     m.fit(**FIT)
     assert m.diagnostics["ok"], m.diagnostics
     s = m.summary()
-    s = s[(s.group != "(mean over groups)") & (s.term != "popularity - reliability")].reset_index(drop=True)
+    pooled = s[s.group.isin([MEAN_OVER_GROUPS, POPULATION_MEAN])]
+    s = s[~s.group.isin([MEAN_OVER_GROUPS, POPULATION_MEAN]) & (s.term != "popularity - reliability")].reset_index(drop=True)
     s["true"] = [get_profile(g.split(" / ")[0].removeprefix("sim-"))["l2d"][part][term] * m.scales[term]["sd"]
                  for g, part, term in zip(s.group, s.part, s.term)]
     cols = []
@@ -155,6 +157,17 @@ def test_discernment_slopes_recovered(tmp_path):
     inside94 = (s.true >= s.hdi_lo) & (s.true <= s.hdi_hi)
     assert ((s.true >= lo) & (s.true <= hi)).all(), s[["group", "part", "term", "true", "hdi_lo", "hdi_hi"]]
     assert (~inside94).sum() <= 4, s[["group", "part", "term", "true", "hdi_lo", "hdi_hi"]]
+    # the pooled rows: the groups' average per draw, and mu (wider: it also carries tau)
+    for part in ("move", "fraction"):
+        b, mu = m.draws(f"{part}_slope"), m.draws(f"{part}_mu")
+        for k, term in enumerate(m.config["predictors"]):
+            row = pooled[(pooled.part == part) & (pooled.term == term)].set_index("group")
+            assert row.loc[MEAN_OVER_GROUPS, "mean"] == pytest.approx(b[:, :, k].mean())
+            lo, hi = hdi_columns(b[:, :, k].mean(axis=1)[:, None])
+            assert list(row.loc[MEAN_OVER_GROUPS, ["hdi_lo", "hdi_hi"]]) == pytest.approx([lo[0], hi[0]])
+            assert row.loc[POPULATION_MEAN, "mean"] == pytest.approx(mu[:, k].mean())
+            assert (row.loc[POPULATION_MEAN, "hdi_hi"] - row.loc[POPULATION_MEAN, "hdi_lo"]
+                    > row.loc[MEAN_OVER_GROUPS, "hdi_hi"] - row.loc[MEAN_OVER_GROUPS, "hdi_lo"])
     full = m.summary()
     d = full[(full.term == "popularity - reliability") & (full.part == "move")].set_index("group")
     assert d.loc["sim-source-sensitive / zero-shot", "hdi_hi"] < 0  # reliability dominates

@@ -13,6 +13,7 @@ from scipy import stats
 
 from discern_stats.bayes import DiscernmentModel, discernment_prior_sensitivity
 from discern_stats.core.errors import InputError
+from discern_stats.core.vocab import MEAN_OVER_GROUPS, POPULATION_MEAN
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "benchmarks"))
 from bench_discernment import simulate  # noqa: E402
@@ -81,7 +82,7 @@ def test_discernment_prior_sensitivity_table():
     assert set(t.scale_prior) == {"Gamma(2, 100)", "Gamma(5, 5)"}
     per = t.groupby("scale_prior").size()
     assert per.iloc[0] == per.iloc[1] and {"mean", "hdi_lo", "hdi_hi", "tau_median", "converged"} <= set(t.columns)
-    slopes = t[(t.group != "(mean over groups)") & (t.term != "popularity - reliability")]
+    slopes = t[~t.group.isin([MEAN_OVER_GROUPS, POPULATION_MEAN]) & (t.term != "popularity - reliability")]
     spread = slopes.groupby(["scale_prior", "part", "term"])["mean"].agg(lambda v: v.max() - v.min()).groupby(
         "scale_prior").sum()
     assert spread["Gamma(2, 100)"] < spread["Gamma(5, 5)"]

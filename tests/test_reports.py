@@ -17,6 +17,7 @@ from discern_stats.bayes import DESIGN_OF, MODELS
 from discern_stats.cli import app
 from discern_stats.collect.runner import collect
 from discern_stats.collect.spec import spec_from_dict
+from discern_stats.core.vocab import DISCERNMENT_PARTS, POPULATION_MEAN
 from discern_stats.designs import design_cue, design_l2d
 from discern_stats.report.render import PAGES, embedded_images, execute_page, fallback_render
 
@@ -424,6 +425,15 @@ def test_discernment_model_section_reads_saved_fits_only(small_demo, tmp_path, m
     assert set(s.prior) == {"τ ~ Gamma(2, 8) (default)"} and (s["gate passed"] == "NO").all()
     # the table's cells are the implied numbers of the saved fit, and the frequentist ones beside them
     m = ctx.model("discernment")
+    # the sensitivity table's slope rows are the population mean mu (where tau's prior acts), not the groups' mean
+    sm = m.summary()
+    mu = sm[(sm.group == POPULATION_MEAN) & (sm.part == "move") & (sm.term == "reliability")].iloc[0]
+    row = s[s.row == f"{DISCERNMENT_PARTS['move']}: population mean slope μ, logit per SD"].iloc[0]
+    assert row["reliability"] == _ci(mu["mean"], mu.hdi_lo, mu.hdi_hi, 2)
+    # the figure shows each group and the groups' mean (one tick each), not mu
+    fig = R.figures.popularity_vs_reliability(ctx)
+    ticks = [t.get_text() for t in fig.axes[1].get_yticklabels()]
+    assert len(ticks) == m.data.group.nunique() + 1 and ticks[-1] == "mean over groups"
     f = R.tables.implied_frame(ctx)
     eff, cd = implied_effects(m), implied_correct_defense(m).set_index("group")
     assert len(f) == m.data.group.nunique() + 1 and f.LLM.iloc[-1] == "all groups (unweighted mean)"

@@ -21,6 +21,7 @@ from discern_stats.bayes.gauss_gibbs import GaussDesign, _pooled_noncentred_regr
 from discern_stats.bayes.logit_gibbs import update_pooled_regression
 from discern_stats.bayes.spec import Block, HierarchicalGLM, MeanTerm, sum_to_zero_basis
 from discern_stats.core.errors import InputError
+from discern_stats.core.vocab import MEAN_OVER_GROUPS, POPULATION_MEAN
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "benchmarks"))
 from bench_discernment import simulate  # noqa: E402  (the benchmark's generative model)
@@ -244,9 +245,10 @@ def test_strategy_contrasts_table_and_errors():
     with pytest.raises(InputError, match="baseline strategy 'Defense'"):
         m.strategy_contrasts(baseline="Defense")
     s = m.summary()
-    assert {"(strategy mean: zero-shot)", "(strategy mean: CoT)", "(mean over groups)"} <= set(s.group)
-    mean_row = s[(s.part == "move") & (s.group == "(mean over groups)") & (s.term == "reliability")].iloc[0]
-    assert mean_row["mean"] == pytest.approx(g[:, :, 0].mean())
+    assert {"(strategy mean: zero-shot)", "(strategy mean: CoT)", MEAN_OVER_GROUPS, POPULATION_MEAN} <= set(s.group)
+    rel = s[(s.part == "move") & (s.term == "reliability")].set_index("group")
+    assert rel.loc[POPULATION_MEAN, "mean"] == pytest.approx(g[:, :, 0].mean())  # gamma over the strategies
+    assert rel.loc[MEAN_OVER_GROUPS, "mean"] == pytest.approx(m.draws("move_slope")[:, :, 0].mean())  # b over groups
     off = DiscernmentModel(df)
     with pytest.raises(InputError, match="needs strategy_effects=True"):
         off.strategy_contrasts()

@@ -41,7 +41,7 @@ interaction:
 gamma[s] is then strategy s's slope averaged over the LLMs (the LLM effects sum to 0), and
 gamma[s] - gamma[zero-shot] the strategy's effect on the slope (`strategy_contrasts`). The LLM
 factor is the group_by columns other than strategy (no LLM term with one LLM). mu is then not a
-parameter; the summary's "(mean over groups)" row is the mean of gamma over the strategies. u[g, item] is the LLM x item effect within a strategy: the rows of
+parameter; the summary's "(population mean)" row is the mean of gamma over the strategies. u[g, item] is the LLM x item effect within a strategy: the rows of
 one (LLM, strategy, item) share one prior P1 (one conversation start), the dependence it carries.
 Crossed effects (issue 25.2; ``source_effects``, ``shared_item_effects``, both on by default since
 2026-12-07; ``=False`` gives the model without them): reliability and popularity vary between
@@ -95,7 +95,7 @@ import numpy as np
 import pandas as pd
 
 from ..core.answers import is_correct
-from ..core.vocab import AWAY_KINDS, RESPONSES, STRATEGIES
+from ..core.vocab import AWAY_KINDS, MEAN_OVER_GROUPS, POPULATION_MEAN, RESPONSES, STRATEGIES
 from ..core.coding import classify_response
 from ..core.errors import InputError, StaleFitError
 from .base import HDI_PROB, BayesModel, hdi_columns
@@ -468,9 +468,20 @@ class DiscernmentModel(BayesModel):
     # -- results
     def summary_table(self) -> pd.DataFrame:
         """Per part and group: the slopes (per SD) with 94% HDIs and popularity - reliability with
-        P(> 0); rows with group "(mean over groups)" are the pooled means mu. With strategy effects,
-        rows "(strategy mean: s)" are gamma[s] (strategy s's slope averaged over the LLMs) and
-        "(mean over groups)" is their mean over the strategies."""
+        P(> 0). Two pooled rows (`core.vocab`):
+
+        - "(mean over groups)": per draw the unweighted mean of the fitted groups' slopes,
+          (1/G) sum_g b[g]: the average over these LLM x strategy cells, the quantity a paper's
+          "averaged over the LLMs and strategies" means, and the same pooling as `bayes.implied`'s
+          rows of that name (finite-population mean; Gelman 2005, Ann. Stat. 33:1, section 3.5);
+        - "(population mean)": mu, the centre of the population the groups are drawn from (a new
+          LLM x strategy cell's expected slope). Its interval also carries the between-group SD
+          tau's uncertainty, so it is wider, and with a handful of groups it leans on tau's prior.
+          With strategy effects it is the mean of gamma over the strategies, and rows
+          "(strategy mean: s)" are gamma[s] (strategy s's slope averaged over the LLMs).
+
+        Until 2026-12-07 "(mean over groups)" held mu; on held-out data its intervals then covered
+        the groups' average at 0.975-0.992 (BENCHMARKS.md, "Discernment: the mean over groups")."""
         preds = list(self.config["predictors"])
         post = self.idata["posterior"]
         masks = self.part_rows()
@@ -482,6 +493,7 @@ class DiscernmentModel(BayesModel):
             b = self.draws(f"{part}_slope")  # S, G, K
             groups = list(post[f"{part}_slope"].coords[f"{part}_group"].values)
             series = [(g, b[:, gi, :], int(counts.get(g, 0))) for gi, g in enumerate(groups)]
+            series.append((MEAN_OVER_GROUPS, b.mean(axis=1), int(counts.sum())))
             if self.config["strategy_effects"]:
                 gam = self.draws(f"{part}_strategy_slope")  # S, strategies, K
                 strategies = list(post[f"{part}_strategy_slope"].coords[f"{part}_strategy"].values)
@@ -489,9 +501,9 @@ class DiscernmentModel(BayesModel):
                 series += [(f"(strategy mean: {st})", gam[:, si, :],
                             int(sum(counts.get(g, 0) for g in groups if s_of[g] == si)))
                            for si, st in enumerate(strategies)]
-                series.append(("(mean over groups)", gam.mean(axis=1), int(counts.sum())))
+                series.append((POPULATION_MEAN, gam.mean(axis=1), int(counts.sum())))
             else:
-                series.append(("(mean over groups)", self.draws(f"{part}_mu"), int(counts.sum())))  # mu: S, K
+                series.append((POPULATION_MEAN, self.draws(f"{part}_mu"), int(counts.sum())))  # mu: S, K
             for g, w, n in series:
                 lo, hi = hdi_columns(w)
                 for ki, k in enumerate(preds):

@@ -53,12 +53,13 @@ import numpy as np
 import pandas as pd
 
 from ..core.errors import InputError
+from ..core.vocab import MEAN_OVER_GROUPS
 from .base import HDI_PROB, hdi_columns
 
 GH_NODES = 64
 # the crossed effects' scales (`DiscernmentModel` with source_effects / shared_item_effects), one per part
 CROSSED_SCALES = ("sigma_source", "sigma_shared_item")
-POOLED = "(mean over groups)"
+POOLED = MEAN_OVER_GROUPS  # the unweighted mean over the fitted groups (`core.vocab`)
 QUANTITIES = ("P(update)", "P(away)", "P(full)", "P(partial)", "E[f]")
 HEADLINE = ("P(update)", "E[f]")  # the quantities effects are reported for
 _CHUNK = 4_000_000  # draws x rows x nodes per block

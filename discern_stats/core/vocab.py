@@ -21,6 +21,11 @@ RESPONSES: tuple[str, ...] = ("none", "partial", "full", "away")
 # "away" split by its direction (issue 25.4): away from the claim (f < 0) or past it (f > 1); the
 # discernment model's outcome_counts columns
 AWAY_KINDS: dict[str, str] = {"away from claim": "f < 0", "past claim": "f > 1"}
+# the discernment model's pooled rows (`bayes.discernment.summary_table`, `bayes.implied`): the unweighted mean
+# of the fitted LLM x strategy groups' quantities (a finite-population mean: these groups), and the mean of the
+# population the groups are drawn from (mu: what a new group's slope is centred on; Gelman 2005, Ann. Stat. 33:1)
+MEAN_OVER_GROUPS = "(mean over groups)"
+POPULATION_MEAN = "(population mean)"
 ERA_CUTOFF_YEAR = 1993  # seed 000: items split pre/post internet (year < 1993 is "pre-internet")
 # subgroup gaps: the level each tag is compared against (gap = other level - reference), in seed 000's
 # direction ("OECD members 93 % above non-members", "post-internet facts 19 % above pre-internet ones")

@@ -14,8 +14,8 @@ import numpy as np  # noqa: E402
 import pandas as pd  # noqa: E402
 
 from ..core.vocab import (CONTRAST_ENDPOINT_LABELS, CUE_LABELS, CUE_METRIC_LABELS, DISCERNMENT_PARTS,  # noqa: E402
-                          DISCERNMENT_TERMS, INTERVENTION_NAMES, INTERVENTIONS, MODEL_PARAMETER_LABELS, OUTCOMES,
-                          STRATEGIES, STRATEGY_LABELS, STRATUM_LABELS)
+                          DISCERNMENT_TERMS, INTERVENTION_NAMES, INTERVENTIONS, MEAN_OVER_GROUPS, MODEL_PARAMETER_LABELS,
+                          OUTCOMES, POPULATION_MEAN, STRATEGIES, STRATEGY_LABELS, STRATUM_LABELS)
 from .context import ReportContext  # noqa: E402
 from .tables import CUE_EFFECTS, _llm_label, fictional_sources, fit_flag, needs  # noqa: E402
 
@@ -121,7 +121,7 @@ def popularity_vs_reliability(ctx: ReportContext):
     s = None
     if model is not None:
         s = ctx.summary("discernment")
-        s = s[s.term == "popularity - reliability"]
+        s = s[(s.term == "popularity - reliability") & (s.group != POPULATION_MEAN)]
     n_groups = 1 if s is None else s.group.nunique()
     fig, (ax, ax2) = plt.subplots(2, 1, figsize=(10, 0.45 * len(llms) + 0.3 * n_groups + 2.6),
                                   height_ratios=[len(llms) + 1.2, max(n_groups, 1.5) * 0.66 + 1.0])
@@ -142,16 +142,16 @@ def popularity_vs_reliability(ctx: ReportContext):
         ax2.axis("off")
     else:
         order = {k: i for i, k in enumerate(STRATEGIES)}  # LLM, then strategy in the paper's order
-        groups = sorted((g for g in dict.fromkeys(s.group) if g != "(mean over groups)"),
+        groups = sorted((g for g in dict.fromkeys(s.group) if g != MEAN_OVER_GROUPS),
                         key=lambda g: (g.split(" / ")[0], order.get(g.split(" / ")[-1], len(order)), g))
-        groups.append("(mean over groups)")
+        groups.append(MEAN_OVER_GROUPS)  # the groups' average; the population mean mu is in the summary table
         for j, (part, c, name) in enumerate((("move", OKABE_ITO[2], "P(move)"),
                                              ("fraction", OKABE_ITO[3], "fraction moved (partial moves)"))):
             d = s[s.part == part].set_index("group").reindex(groups)
             y = np.arange(len(groups)) + (j - 0.5) * 0.25
             ax2.errorbar(d["mean"], y, xerr=[d["mean"] - d.hdi_lo, d.hdi_hi - d["mean"]], fmt="s", color=c,
                          label=name, capsize=3)
-        ax2.set_yticks(np.arange(len(groups)), [_group_label(g, lab) if g != "(mean over groups)" else
+        ax2.set_yticks(np.arange(len(groups)), [_group_label(g, lab) if g != MEAN_OVER_GROUPS else
                                                 "mean over groups" for g in groups], fontsize=8)
         ax2.invert_yaxis()
         ax2.set_xlabel("popularity − reliability slope (logit per SD; 94% HDI; > 0: popularity outweighs reliability)")

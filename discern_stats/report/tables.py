@@ -14,7 +14,7 @@ from ..core.errors import InputError
 from ..core.vocab import (CHANCE, CLAIM_AGREES, CONTRAST_ENDPOINT_LABELS, CUE_LABELS, CUE_METRIC_LABELS,
                           DESIGN_LABELS, DISCERNMENT_PARTS, MODEL_LABELS, MODEL_PARAMETER_LABELS, OUTCOME_GROUP_LABELS,
                           SIMULATOR_TAG, SUBGROUP_TAG_LABELS, TRIAL_STATE_LABELS,
-                          INTERVENTION_NAMES, INTERVENTIONS, L2D_METRIC_LABELS, L2D_RANGES, OUTCOME_DEFINITIONS,
+                          INTERVENTION_NAMES, INTERVENTIONS, L2D_METRIC_LABELS, L2D_RANGES, MEAN_OVER_GROUPS, OUTCOME_DEFINITIONS, POPULATION_MEAN,
                           OUTCOME_DENOMINATOR, OUTCOME_GROUPS, PAPER_PROFILE, PROBE_LABELS, STRATEGIES, STRATEGY_LABELS,
                           STRATUM_LABELS, STRATUM_SETS, TRIAL_STATUSES, parse_rule_label)
 from .context import ReportContext
@@ -843,7 +843,7 @@ def to_latex(table: GT, path: str | None = None) -> str:
 # sensitivity and the gate. Everything from saved fits (the page never fits).
 IMPLIED_TERMS = {"reliability": "reliability", "popularity": "popularity", "popularity - reliability": "pop. − rel."}
 IMPLIED_SPANNERS = {"P(update)": "P(update), pp per −1 → +1 SD", "E[f]": "E[f], pp per −1 → +1 SD"}
-POOLED_GROUP = "(mean over groups)"
+POOLED_GROUP = MEAN_OVER_GROUPS  # the discernment model's unweighted mean over the groups (`core.vocab`)
 
 
 def _implied(ctx: ReportContext, which: str, model=None, stem: str | None = None) -> pd.DataFrame | None:
@@ -1016,13 +1016,13 @@ def sensitivity_frame(ctx: ReportContext) -> pd.DataFrame:
         gate = "yes" if m.diagnostics.get("ok") else "NO"
         s = ctx.fit_table("discernment", "summary", lambda mm: mm.summary(), model=m,
                           stem=sensitivity_fit_name(m.config["tau_shape"], m.config["tau_sd"]))
-        s = s[s.group == POOLED_GROUP].set_index(["part", "term"])
+        s = s[s.group == POPULATION_MEAN].set_index(["part", "term"])  # mu: where tau's prior acts most
         for part, plabel in DISCERNMENT_PARTS.items():
             if (part, "reliability") not in s.index:
                 continue
             tau = [np.median(m.draws(f"{part}_tau")[:, list(m.config["predictors"]).index(k)]) for k in
                    ("reliability", "popularity")]
-            rows.append({"prior": block, "row": f"{plabel}: slope, logit per SD",
+            rows.append({"prior": block, "row": f"{plabel}: population mean slope μ, logit per SD",
                          **{k: _ci(*s.loc[(part, k), ["mean", "hdi_lo", "hdi_hi"]], 2) for k in IMPLIED_TERMS
                             if (part, k) in s.index},
                          "median τ (rel. / pop.)": f"{tau[0]:.2f} / {tau[1]:.2f}", "gate passed": gate})
@@ -1043,7 +1043,7 @@ def sensitivity_table(ctx: ReportContext) -> GT:
         return None
     return (_gt(df, rowname_col="row", groupname_col="prior")
             .tab_header("Prior sensitivity of the discernment model: the between-group scale prior τ",
-                        "mean over LLM × strategy groups, posterior mean [94% HDI]")
+                        "population mean μ and mean over LLM × strategy groups, posterior mean [94% HDI]")
             .cols_label(cases={k: v for k, v in IMPLIED_TERMS.items()})
             .tab_source_note("Each block is a saved fit of the same model and data under another prior on the "
                              "between-group SD τ of every slope, Gamma(shape, rate) with mean shape / rate: the "
