@@ -168,7 +168,10 @@ def test_coverage_scoring_on_a_stand_in_model(small):
 
     hit, _ = C.score(StandIn(0.0, 1.0), truth)
     assert len(hit) == len(want) and hit.hit.all()
-    assert set(hit.level) == {"group", "pooled"}
+    assert set(hit.level) == {"group", "mean over groups", "population mean"}
+    # the mean over groups' truth is the average of the group truths (the row the model reports per draw)
+    fin = pooled[pooled.group == C.POOLED].set_index(["part", "term"]).slope
+    assert fin.to_dict() == pytest.approx(groups.groupby(["part", "term"]).slope.mean().to_dict())
     miss, _ = C.score(StandIn(0.05, 1.0), truth)
     assert not miss.hit.any()
     doubled, worst = C.score(StandIn(0.0, 2.0), truth)
