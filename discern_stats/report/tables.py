@@ -14,8 +14,9 @@ from ..core.errors import InputError
 from ..core.vocab import (CHANCE, CLAIM_AGREES, CONTRAST_ENDPOINT_LABELS, CUE_LABELS, CUE_METRIC_LABELS,
                           DESIGN_LABELS, DISCERNMENT_PARTS, MODEL_LABELS, MODEL_PARAMETER_LABELS, OUTCOME_GROUP_LABELS,
                           SIMULATOR_TAG, SUBGROUP_TAG_LABELS, TRIAL_STATE_LABELS,
-                          INTERVENTION_NAMES, INTERVENTIONS, L2D_METRIC_LABELS, L2D_RANGES, MEAN_OVER_GROUPS, OUTCOME_DEFINITIONS, POPULATION_MEAN,
-                          OUTCOME_DENOMINATOR, OUTCOME_GROUPS, PAPER_PROFILE, PROBE_LABELS, STRATEGIES, STRATEGY_LABELS,
+                          INTERVENTION_NAMES, INTERVENTIONS, L2D_METRIC_LABELS, L2D_RANGES, MEAN_OVER_GROUPS,
+                          OUTCOME_DEFINITIONS, OUTCOME_DENOMINATOR, OUTCOME_GROUPS, PAPER_PROFILE, POPULATION_MEAN,
+                          PROBE_LABELS, STRATEGIES, STRATEGY_LABELS,
                           STRATUM_LABELS, STRATUM_SETS, TRIAL_STATUSES, parse_rule_label)
 from .context import ReportContext
 
@@ -843,7 +844,6 @@ def to_latex(table: GT, path: str | None = None) -> str:
 # sensitivity and the gate. Everything from saved fits (the page never fits).
 IMPLIED_TERMS = {"reliability": "reliability", "popularity": "popularity", "popularity - reliability": "pop. − rel."}
 IMPLIED_SPANNERS = {"P(update)": "P(update), pp per −1 → +1 SD", "E[f]": "E[f], pp per −1 → +1 SD"}
-POOLED_GROUP = MEAN_OVER_GROUPS  # the discernment model's unweighted mean over the groups (`core.vocab`)
 
 
 def _implied(ctx: ReportContext, which: str, model=None, stem: str | None = None) -> pd.DataFrame | None:
@@ -873,14 +873,14 @@ def implied_frame(ctx: ReportContext) -> pd.DataFrame:
     met = ctx.metrics("l2d")
     met = met[met.metric.isin(["SD", "TD", "CD"])].set_index(["llm", "strategy", "metric"]) if len(met) else None
     lab = _llm_label(ctx)
-    groups = sorted(set(eff.group) - {POOLED_GROUP},
+    groups = sorted(set(eff.group) - {MEAN_OVER_GROUPS},
                     key=lambda g: ((list(STRATEGIES).index(keys[g][1]) if g in keys and keys[g][1] in STRATEGIES
                                     else 99), g))
     rows = []
-    for g in groups + [POOLED_GROUP]:
+    for g in groups + [MEAN_OVER_GROUPS]:
         llm, strat = keys.get(g, (g, ""))
-        row = {"strategy": "Mean over LLM × strategy groups" if g == POOLED_GROUP else STRATEGY_LABELS.get(strat, strat),
-               "LLM": "all groups (unweighted mean)" if g == POOLED_GROUP else lab.get(llm, llm)}
+        row = {"strategy": "Mean over LLM × strategy groups" if g == MEAN_OVER_GROUPS else STRATEGY_LABELS.get(strat, strat),
+               "LLM": "all groups (unweighted mean)" if g == MEAN_OVER_GROUPS else lab.get(llm, llm)}
         e = eff[eff.group == g].set_index(["quantity", "term"])
         for q in IMPLIED_SPANNERS:
             for t in IMPLIED_TERMS:
@@ -888,7 +888,7 @@ def implied_frame(ctx: ReportContext) -> pd.DataFrame:
         row["cd_model"] = _ci(*cd.loc[g, ["mean", "hdi_lo", "hdi_hi"]], 1) if g in cd.index else "–"
         for k in ("CD", "SD", "TD"):
             key = (llm, strat, k)
-            if g != POOLED_GROUP and met is not None and key in met.index:
+            if g != MEAN_OVER_GROUPS and met is not None and key in met.index:
                 r = met.loc[key]
                 scale, digits = (100, 1) if k == "CD" else (1, 2)
                 row[f"freq_{k}"] = _ci(scale * r.estimate, scale * r.lo, scale * r.hi, digits)
@@ -1027,7 +1027,7 @@ def sensitivity_frame(ctx: ReportContext) -> pd.DataFrame:
                             if (part, k) in s.index},
                          "median τ (rel. / pop.)": f"{tau[0]:.2f} / {tau[1]:.2f}", "gate passed": gate})
         e = _implied(ctx, "effects", model=m, stem=sensitivity_fit_name(m.config["tau_shape"], m.config["tau_sd"]))
-        e = e[e.group == POOLED_GROUP].set_index(["quantity", "term"])
+        e = e[e.group == MEAN_OVER_GROUPS].set_index(["quantity", "term"])
         for q in IMPLIED_SPANNERS:
             rows.append({"prior": block, "row": f"{q}, pp per −1 → +1 SD",
                          **{k: _ci(*e.loc[(q, k), ["mean", "hdi_lo", "hdi_hi"]], 1) for k in IMPLIED_TERMS
