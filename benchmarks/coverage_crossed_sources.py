@@ -95,17 +95,19 @@ def make_trials(rng: np.random.Generator, n_items: int, pool: dict) -> pd.DataFr
                          "prior": p1, "posterior": np.where(valid, P2, np.nan), "valid": valid})
 
 
-def components(df: pd.DataFrame, resamples: int, seed: int, unstratified: bool = False) -> dict[str, tuple]:
+def components(df: pd.DataFrame, resamples: int, seed: int, unstratified: bool = False,
+               fixed_strata: bool = False) -> dict[str, tuple]:
     """metric -> (estimate, item-bootstrap variance, source term, items, sources, n, var_source,
     var_cell) from the package (n: the statistic's count, e.g. pairs of a propensity: the Wilson
     interval's size cap; the two resampling variances whose difference is the source term; the number
     of source strata). The design's strata as `l2d_metrics` passes them (``unstratified``: none, every
-    source term as before issue 24's fourth pass)."""
+    source term as before issue 24's fourth pass; ``fixed_strata``: every source term within the
+    strata, as `l2d.l2d_metrics(fixed_strata=True)`)."""
     from discern_stats.stats.crossed import source_variance
     from discern_stats.stats.l2d import _group_stats, design_strata, prepare
     g = prepare(df, keep_invalid=True)
     st = _group_stats(g, n_resamples=resamples, seed=seed, method="crossed",
-                      source_strata=None if unstratified else design_strata(g))
+                      source_strata=None if unstratified else design_strata(g), fixed_strata=fixed_strata)
     out = {}
     for m in METRICS:
         s = st[m]
@@ -149,7 +151,7 @@ def run(args: argparse.Namespace) -> None:
             rows = []
             for s in range(args.sets):
                 df = make_trials(rng, args.items, make_pool(rng, G, sd, corr, args.pool_draw))
-                comp = components(df, args.resamples, s, args.unstratified)
+                comp = components(df, args.resamples, s, args.unstratified, args.fixed_strata)
                 rows.append([comp[m] for m in METRICS])
             res[f"sets|{name}|{G}"] = np.array(rows, float)  # sets x metrics x 5
             print(f"SD {name}, pool {G}: {args.sets} sets in {time.time() - t0:.0f} s", flush=True)
@@ -259,11 +261,15 @@ def main() -> None:
     ap.add_argument("--unstratified", action="store_true",
                     help="no design strata: every source term item-removed and unstratified (the default before "
                     "issue 24's fourth pass; l2d.STRATIFIED_RHOS)")
+    ap.add_argument("--fixed-strata", action="store_true",
+                    help="every source term within the design's strata (l2d_metrics(fixed_strata=True): the strata "
+                    "are fixed thresholds, as in --pool-draw design)")
     ap.add_argument("--detail", action="store_true", help="bias, variance ratio, source share and df per metric")
     ap.add_argument("--previous-df", action="store_true",
                     help="also the small-cluster interval with the degrees of freedom before (source term on (G-1)/3)")
     ap.add_argument("--df-share", type=float, default=None,
-                    help="degrees of freedom of var_source as this share of G_source - H (default: the package's)")
+                    help="degrees of freedom of var_source, where the source effects dominate, as this share of G_source - H "
+                    "(crossed.SOURCE_DF_SHARE, default: the package's)")
     args = ap.parse_args()
     if args.df_share is not None:
         from discern_stats.stats import crossed

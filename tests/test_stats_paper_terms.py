@@ -404,15 +404,32 @@ def test_truth_propensity_source_term_is_the_cell_ratio_covariance():
     assert source_variance(st["source_term"]) == pytest.approx(cross - S ** 2 * (1 / G - 1 / C), rel=1e-9)
 
 
+def test_source_df_runs_from_g_minus_h_without_a_source_term_to_half_of_it_where_it_dominates():
+    """source_df = (G_source - H) / (1 + r): G - H where var_source is all cell noise (r = 0), half of
+    it where it is all source term (r = 1), 1 / df linear in r between; r clipped to [0, 1], a
+    non-finite r taken as 1 (the conservative end), never below 1."""
+    from discern_stats.stats.crossed import source_df
+    assert source_df(20, 6, 0.0) == 14.0
+    assert source_df(20, 6, 1.0) == 7.0
+    assert source_df(21, 1, 0.25) == pytest.approx(20 / 1.25, rel=1e-12)
+    assert 1 / source_df(60, 6, 0.5) == pytest.approx((1 / source_df(60, 6, 0) + 1 / source_df(60, 6, 1)) / 2)
+    assert source_df(20, 6, -0.3) == 14.0 and source_df(20, 6, 4.0) == 7.0
+    assert source_df(20, 6, float("nan")) == 7.0
+    assert source_df(7, 6, 1.0) == 1.0
+
+
 def test_small_cluster_df_counts_the_source_term_as_a_difference_of_two_variances():
     """Satterthwaite (1946) for V = V_item + (var_source - var_cell): hand-worked
-    df = V^2 / (V_item^2 / (G_item - 1) + var_source^2 / ((G_source - 1) / 2)), each component
-    first scaled by G / (G - 1); the interval is estimate +- t_df sqrt(V) (scipy's t quantile)."""
+    df = V^2 / (V_item^2 / (G_item - 1) + var_source^2 / ((G_source - 1) / (1 + r))), r the source
+    term's share of var_source, each component first scaled by G / (G - 1); the interval is
+    estimate +- t_df sqrt(V) (scipy's t quantile)."""
     from scipy import stats as sps
     from discern_stats.stats.crossed import SourceTerm, crossed_interval, resample_variance, small_cluster_df
-    # hand-worked: 100 items, 21 sources (df_source = 10): 2.5e-7 / (1.6e-7 / 99 + 2.5e-7 / 10)
-    assert small_cluster_df(4e-4, 1e-4, 100, 21, 5e-4) == pytest.approx(2.5e-7 / (1.6e-7 / 99 + 2.5e-7 / 10), rel=1e-12)
-    # without var_source it is taken as the source term itself (var_cell = 0)
+    # hand-worked: 100 items, 21 sources, r = 1e-4 / 5e-4 = 0.2 (df_source = 20 / 1.2):
+    # 2.5e-7 / (1.6e-7 / 99 + 2.5e-7 / (20 / 1.2))
+    assert small_cluster_df(4e-4, 1e-4, 100, 21, 5e-4) == pytest.approx(2.5e-7 / (1.6e-7 / 99 + 2.5e-7 * 1.2 / 20),
+                                                                      rel=1e-12)
+    # without var_source it is taken as the source term itself (var_cell = 0, r = 1: df_source = 10)
     assert small_cluster_df(4e-4, 1e-4, 100, 21) == pytest.approx(2.5e-7 / (1.6e-7 / 99 + 1e-8 / 10), rel=1e-12)
     # a small source term that is the difference of two large variances is far less certain
     assert small_cluster_df(4e-4, 1e-4, 100, 21, 5e-4) < small_cluster_df(4e-4, 1e-4, 100, 21) / 5
@@ -423,7 +440,7 @@ def test_small_cluster_df_counts_the_source_term_as_a_difference_of_two_variance
     term = SourceTerm(sums, 0.3 * resample_variance(sums))
     vi, a, c = boot.var(ddof=1) * 30 / 29, term.var_source * 15 / 14, term.var_cell * 15 / 14
     v = vi + (a - c)
-    df = v ** 2 / (vi ** 2 / 29 + a ** 2 / 7)
+    df = v ** 2 / (vi ** 2 / 29 + a ** 2 * (1 + (a - c) / a) / 14)  # r = 0.7 of var_source is source term
     iv = crossed_interval(0.1, boot, term, level=0.95, chance=0.0, bounds=(-1, 1), n_items=30, n_sources=15)
     assert iv["df"] == pytest.approx(df, rel=1e-9)
     assert iv["hi"] - 0.1 == pytest.approx(sps.t.ppf(0.975, df) * np.sqrt(v), rel=1e-9)
@@ -582,7 +599,7 @@ def test_crossed_metrics_use_the_within_strata_source_term_on_a_stratified_plan(
     """On the package's plan the source term of SD (a rho of Delta with a stratifying attribute) is
     the within-strata variance of the source sums of its raw linear terms (hand: d rho / d w from
     `spearman_influences`, summed per source and per cell, grouped by the design's tiers), scaled by
-    G / (G - 6) with (G - 6) / 2 degrees of freedom on the source part; TD and the ratios (CD) keep
+    G / (G - 6) with (G - 6) / (1 + r) degrees of freedom on the source part; TD and the ratios (CD) keep
     the unstratified term of their item-removed linear terms."""
     from discern_stats.stats.crossed import (CrossedIndex, linear_source_terms, ratio_linear_terms,
                                              spearman_linear_terms)
@@ -613,16 +630,69 @@ def test_crossed_metrics_use_the_within_strata_source_term_on_a_stratified_plan(
                                                     elig.astype(float), ix)], ix)
     assert st["CD"]["source_term"].n_strata == 1
     assert st["CD"]["source_term"].var_source == pytest.approx(cd.var_source, rel=1e-9)
-    # the interval: V_source scaled by G / (G - 6), var_source on (G - 6) / 2 degrees of freedom
+    # the interval: V_source scaled by G / (G - 6), var_source on (G - 6) / (1 + r) degrees of freedom
     from scipy import stats as sps
     from discern_stats.stats.crossed import crossed_interval, source_variance
     G, n_i = int(g.source.nunique()), int(g.item_id.nunique())
     b = st["SD"]["boot"]
     vi, vs, gross = b.var(ddof=1) * n_i / (n_i - 1), source_variance(term) * G / (G - 6), term.var_source * G / (G - 6)
-    df = (vi + vs) ** 2 / (vi ** 2 / (n_i - 1) + gross ** 2 / ((G - 6) / 2))
+    df = (vi + vs) ** 2 / (vi ** 2 / (n_i - 1) + gross ** 2 * (1 + vs / gross) / (G - 6))
     iv = crossed_interval(0.5, b, term, level=0.95, chance=0.0, bounds=(-1, 1), n_items=n_i, n_sources=G)
     assert iv["df"] == pytest.approx(df, rel=1e-9)
     assert iv["hi"] - 0.5 == pytest.approx(sps.t.ppf(0.975, df) * np.sqrt(vi + vs), rel=1e-9)
+
+
+def test_fixed_strata_take_every_metrics_source_term_within_the_strata():
+    """``fixed_strata``: TD (raw linear terms, like SD) and the ratios (item-removed linear terms) take
+    their source term within the design's strata: hand-computed within-tier variances of the source
+    sums and of the cell sums; the estimates and the item bootstrap do not move, the intervals do."""
+    from discern_stats.stats.crossed import CrossedIndex, ratio_linear_terms
+    from discern_stats.stats.l2d import _group_stats, design_strata, l2d_metrics, prepare
+    from discern_stats.stats.spearman import spearman_influences
+    g = prepare(_stratified_plan_trials(), keep_invalid=True)
+    strata = design_strata(g)
+    st = _group_stats(g, n_resamples=200, seed=0, method="crossed", source_strata=strata, fixed_strata=True)
+    default = _group_stats(g, n_resamples=200, seed=0, method="crossed", source_strata=strata)
+    ix = CrossedIndex.build(g.item_id, g.source)
+    tier = strata.reindex(sorted(g.source.unique())).to_numpy()
+    within = lambda s, by: sum(((v - v.mean()) ** 2).sum() for _, v in s.groupby(by))  # noqa: E731
+
+    def check(term, psi):
+        sums = pd.Series(np.bincount(ix.source, psi))
+        cells = pd.DataFrame({"a": psi, "cell": ix.cell, "tier": tier[ix.source]}).groupby("cell").agg(
+            a=("a", "sum"), tier=("tier", "first"))
+        assert term.n_strata == 6
+        assert term.var_source == pytest.approx(within(sums, tier), rel=1e-9)
+        assert term.var_cell == pytest.approx(within(cells.a, cells.tier.to_numpy()), rel=1e-9)
+
+    _, (td,) = spearman_influences(g.delta.to_numpy(), [g.improvement.to_numpy()])
+    check(st["TD"]["source_term"], td)
+    assert default["TD"]["source_term"].n_strata == 1
+    elig = (g.prior_correct & g.claim_wrong).to_numpy()
+    check(st["CD"]["source_term"], ratio_linear_terms((elig & g.posterior_correct).to_numpy(float),
+                                                      elig.astype(float), ix))
+    for m in ("SD", "TD", "CD", "rel_propensity"):
+        assert st[m]["estimate"] == default[m]["estimate"]
+        np.testing.assert_array_equal(st[m]["boot"], default[m]["boot"])
+    d = _stratified_plan_trials(n_items=30)
+    with pytest.warns(Warning):
+        a = l2d_metrics(d, n_resamples=200, overall=False, fixed_strata=True).set_index("metric")
+    assert a["interval"].str.contains("every metric's source term within the design's 6").all()
+
+
+def test_fixed_strata_refuse_data_without_strata_and_other_methods():
+    """One clear InputError, not a silent fallback: no design strata in the data, or a method with no
+    source term."""
+    from discern_stats.core.errors import InputError
+    from discern_stats.stats.l2d import l2d_metrics
+    d = _stratified_plan_trials(n_items=30)
+    with pytest.raises(InputError, match="crossed intervals only"):
+        l2d_metrics(d, n_resamples=50, overall=False, method="percentile", fixed_strata=True)
+    src = np.sort(d.source.unique())  # popularity shuffled between sources: no thresholds fit every item
+    pop = d.groupby("source")["popularity"].first().reindex(src).to_numpy()
+    shuffled = dict(zip(src, np.random.default_rng(5).permutation(pop)))
+    with pytest.raises(InputError, match="no design strata"):
+        l2d_metrics(d.assign(popularity=d.source.map(shuffled)), n_resamples=50, overall=False, fixed_strata=True)
 
 
 def test_l2d_metrics_take_the_design_strata_for_sd_and_rho_pop_only(monkeypatch):
@@ -640,4 +710,4 @@ def test_l2d_metrics_take_the_design_strata_for_sd_and_rho_pop_only(monkeypatch)
     assert moved == {"SD", "rho_pop"}
     pd.testing.assert_series_equal(a["estimate"], b["estimate"])
     assert a["interval"].str.contains("within the design's 6 popularity x reliability strata").all()
-    assert not b["interval"].str.contains("strata").any()  # the table says which term it shows
+    assert not b["interval"].str.contains("within the design").any()  # the table says which term it shows

@@ -65,7 +65,7 @@ V = V_item + V_source - V_item∩source, with two choices that make it usable he
 - Interval (`crossed_se_interval`): estimate ± t_df · sqrt(V) with the small-cluster correction
   (each component scaled by G / (G - 1), G_source / (G_source - H) with H strata, Student t with
   Satterthwaite degrees of freedom, the source term as the difference var_source - var_cell,
-  var_source on (G_source - H) / 2), clipped to the statistic's range; p-value: the two-sided
+  var_source on (G_source - H) / (1 + r), r its share that is the source term: `source_df`), clipped to the statistic's range; p-value: the two-sided
   test of the distance from the chance value with the same law. Proportions (shares, CD,
   propensities): the Wilson score interval at the clustered effective size, and its score test.
 
@@ -263,10 +263,11 @@ def ratio_linear_terms(num: np.ndarray, den: np.ndarray, ix: CrossedIndex, membe
 
 
 def ratio_source_terms(nums: list[np.ndarray], dens: list[np.ndarray], ix: CrossedIndex,
-                       members: list[int]) -> list[SourceTerm]:
-    """The `SourceTerm` of each ratio sum(num_k) / sum(den_k) (`ratio_linear_terms`), unstratified."""
+                       members: list[int], within_strata: bool = False) -> list[SourceTerm]:
+    """The `SourceTerm` of each ratio sum(num_k) / sum(den_k) (`ratio_linear_terms`), unstratified
+    (``within_strata``: within the source strata of ``ix``, where it has them; fixed strata)."""
     return linear_source_terms([ratio_linear_terms(np.asarray(n, float), np.asarray(d, float), ix, k)
-                                for n, d, k in zip(nums, dens, members)], ix)
+                                for n, d, k in zip(nums, dens, members)], ix, within_strata=within_strata)
 
 
 def spearman_linear_terms(x: np.ndarray, ys: list[np.ndarray], ix: CrossedIndex,
@@ -306,7 +307,25 @@ def source_variance(term: SourceTerm) -> float:
     return max(0.0, v) if np.isfinite(v) else 0.0
 
 
-SOURCE_DF_SHARE = 1 / 2  # degrees of freedom of var_source: (G_source - H) / 2 (see small_cluster_df)
+SOURCE_DF_SHARE = 1 / 2  # where the source effects dominate: var_source on (G_source - H) / 2 (small_cluster_df)
+
+
+def source_df(n_sources: int, source_strata: int, net_share: float) -> float:
+    """Degrees of freedom of var_source: (G_source - H) / (1 + r), r = ``net_share`` clipped to [0, 1]
+    (the share of var_source that is the source term, (var_source - var_cell) / var_source).
+
+    - r = 0 (the source sums are cell noise, no source effect): G_source - H, the degrees of freedom
+      of a within-stratum variance of G_source independent sums (Cochran 1977, 5.3); the source term
+      var_source - var_cell then has nearly the variance of var_source itself (each source's cells
+      are many, so sum_j S_j^2 - sum_c C_c^2 loses only the cells' own squares).
+    - r = 1 (the source effects dominate): (G_source - H) / 2 (`SOURCE_DF_SHARE`), the measured
+      coefficient of variation of the source term at 20 sources (0.36-0.60 over data sets: 6-15
+      degrees of freedom against 19; the sources' linear terms differ in scale).
+    1 / df is linear in r between the two. The rule before issue 24's sixth pass took (G_source - H) / 2
+    at every r: at 20 sources and no source effect the rhos' median df was 3 and SD, rho_pop and the
+    propensities covered 0.975-0.989 (BENCHMARKS.md, issue 24, sixth pass). At least 1."""
+    r = min(max(float(net_share), 0.0), 1.0) if np.isfinite(net_share) else 1.0
+    return max((n_sources - source_strata) / (1.0 + r * (1.0 / SOURCE_DF_SHARE - 1.0)), 1.0)
 
 
 def small_cluster_df(v_item: float, v_source: float, n_items: int, n_sources: int,
@@ -316,24 +335,19 @@ def small_cluster_df(v_item: float, v_source: float, n_items: int, n_sources: in
 
         df = V^2 / (V_item^2 / df_item + var_source^2 / df_source),
 
-    df_item = G_item - 1, df_source = (G_source - H) / 2 (`SOURCE_DF_SHARE`; H = ``source_strata``,
-    1 unless the sources were drawn within strata: a within-stratum variance loses one degree of
-    freedom per stratum), ``v_source_resample`` =
-    var_source on the scale of ``v_source``; var_cell, a variance over the (item, source)
-    cells (about 6x as many as items), is taken as known (at equal variances its term would be
-    (G_source - 1) / (2 (cells - 1)) of the source resamples': 2-11 % for 20-132 sources and 600
-    cells; the coverage study used this rule as written). The source term is a difference: where sources barely differ it is a
-    small difference of two large variances and as uncertain as var_source itself, not a
-    chi-square of its own size (the rule before, V_source^2 / ((G_source - 1) / 3), gave the
-    reliability propensity at 20 sources and no source effect a median df of 71 and coverage 0.909
-    over 1,000 data sets; this rule a median df of 5 and 0.968, and no cell of the grid below 0.93,
-    BENCHMARKS.md, issue 24). Without
-    ``v_source_resample`` var_source is taken as ``v_source`` (var_cell = 0). Half of
-    G_source - 1: where the source term dominates its coefficient of variation over data sets was
-    0.36-0.60 at 20 sources (2 / cv^2 = 6-15 degrees of freedom, against 19); with G_source - 1 the
-    20-source cells with a source-effect SD of 1.5 covered 0.920-0.941. At least 1."""
+    df_item = G_item - 1, df_source = `source_df` (G_source - H) / (1 + r), r = V_source / var_source
+    (H = ``source_strata``, 1 unless the sources were drawn within strata: a within-stratum variance
+    loses one degree of freedom per stratum), ``v_source_resample`` = var_source on the scale of
+    ``v_source``; var_cell, a variance over the (item, source) cells (about 6x as many as items), is
+    taken as known (at equal variances its term would be (G_source - 1) / (2 (cells - 1)) of the
+    source resamples': 2-11 % for 20-132 sources and 600 cells). The source term is a difference:
+    where sources barely differ it is a small difference of two large variances and as uncertain as
+    var_source itself, not a chi-square of its own size (the rule before issue 24's second pass,
+    V_source^2 / ((G_source - 1) / 3), gave the reliability propensity at 20 sources and no source
+    effect a median df of 71 and coverage 0.909 over 1,000 data sets, BENCHMARKS.md, issue 24).
+    Without ``v_source_resample`` var_source is taken as ``v_source`` (var_cell = 0, r = 1). At least 1."""
     gross = v_source if v_source_resample is None else max(float(v_source_resample), float(v_source))
-    df_source = max((n_sources - source_strata) * SOURCE_DF_SHARE, 1.0)
+    df_source = source_df(n_sources, source_strata, v_source / gross if gross > 0 else 1.0)
     num = (v_item + v_source) ** 2
     den = v_item ** 2 / max(n_items - 1, 1) + gross ** 2 / df_source
     return float(max(num / den, 1.0)) if den > 0 else float(max(min(n_items - 1, df_source), 1))
@@ -358,10 +372,10 @@ def crossed_se_interval(estimate: float, v_item: float, v_source: float, *, leve
     - Small-cluster correction (``n_items`` and ``n_sources`` given): each bootstrap variance of a
       sum over G clusters has expectation (G - 1) / G of the variance, so V_item and V_source are
       scaled by G / (G - 1) (the CR1 factor of each factor); the quantile is Student t with the
-      Satterthwaite degrees of freedom of `small_cluster_df` (var_source on (G_source - H) / 2),
-      and so is the test. Sources drawn within H strata (``source_strata``): the source term is a
-      within-stratum variance, scaled by G / (G - H) (n_h / (n_h - 1) at equal strata) on
-      (G_source - H) / 2 degrees of freedom. Without them:
+      Satterthwaite degrees of freedom of `small_cluster_df` (var_source on `source_df`,
+      (G_source - H) / (1 + r) degrees of freedom), and so is the test. Sources drawn within H
+      strata (``source_strata``): the source term is a within-stratum variance, scaled by
+      G / (G - H) (n_h / (n_h - 1) at equal strata). Without them:
       normal z, the variances as estimated.
     - ``proportion=(n, clusters)`` (a share, CD, a propensity: a statistic in [0, 1]): the Wilson
       score interval with the clustered effective size n_eff = p (1 - p) / se^2 (at most n;

@@ -81,7 +81,8 @@ def _warn_small_pool(groups: list[tuple[dict, pd.DataFrame]], method: str, n_res
         return ""
     import warnings
     note = (f"{fewest} sources: below the {MIN_SOURCES_SHOWN} at which these intervals were shown to cover 93-97 %; "
-            f"with 20 sources the worst cover 0.94, and some over-cover, up to 0.99 (BENCHMARKS.md)")
+            f"with 20 sources they covered 0.925-0.984, 0.931-0.970 with fixed strata where the pool was drawn at "
+            f"fixed thresholds (BENCHMARKS.md)")
     warnings.warn(f"Design A intervals rest on {note}", SmallSourcePoolWarning, stacklevel=3)
     return note
 
@@ -371,13 +372,14 @@ def _clusters(ix: CrossedIndex, weights: np.ndarray | None = None) -> tuple[int,
 
 
 def _ratio_stats(names: list[str], nums: list[np.ndarray], dens: list[np.ndarray], ix: CrossedIndex,
-                 W: np.ndarray | None, method: str, source_terms: list[tuple[np.ndarray, np.ndarray]] | None = None
-                 ) -> dict[str, _Stat]:
+                 W: np.ndarray | None, method: str, source_terms: list[tuple[np.ndarray, np.ndarray]] | None = None,
+                 within_strata: bool = False) -> dict[str, _Stat]:
     """Ratio statistics sum(num) / sum(den) (propensities, CD, outcome shares): per-item sums, then
     all item-bootstrap resamples of all the ratios from one matrix product (`bootstrap.ratio`).
     ``source_terms[k]`` = (num, den, members) whose linear terms give the crossed source term of
     ratio k (default: ``nums[k], dens[k], 1``; pair statistics pass both members' counts and 2,
-    see `crossed.ratio_source_replicates`)."""
+    see `crossed.ratio_source_replicates`); ``within_strata``: their source terms within the strata
+    of ``ix`` (``l2d_metrics(fixed_strata=True)``)."""
     m = len(names)
     n_cl = ix.n_items
     sums = np.column_stack([np.bincount(ix.item, weights=np.asarray(v, float), minlength=n_cl)
@@ -392,12 +394,12 @@ def _ratio_stats(names: list[str], nums: list[np.ndarray], dens: list[np.ndarray
                           boot=None if boot is None or not td[c] else boot[:, c],
                           jack=None if jack is None else jack[:, c], clusters=_clusters(ix, dens[c]), proportion=True)
     if method == "crossed":
-        _add_ratio_source_terms(out, names, nums, dens, ix, source_terms)
+        _add_ratio_source_terms(out, names, nums, dens, ix, source_terms, within_strata)
     return out
 
 
 def _add_ratio_source_terms(out: dict[str, _Stat], names: list[str], nums: list[np.ndarray], dens: list[np.ndarray],
-                            ix: CrossedIndex, source_terms: list | None) -> None:
+                            ix: CrossedIndex, source_terms: list | None, within_strata: bool = False) -> None:
     """The `crossed.SourceTerm` of every resampled ratio in ``out`` (`crossed.ratio_source_terms`);
     ``source_terms[k]``: (num, den, members) of ratio k."""
     live = [c for c, name in enumerate(names) if out[name]["boot"] is not None]
@@ -405,7 +407,8 @@ def _add_ratio_source_terms(out: dict[str, _Stat], names: list[str], nums: list[
         return
     own = source_terms or [None] * len(names)
     terms = [own[c] if own[c] is not None else (nums[c], dens[c], 1) for c in live]
-    found = ratio_source_terms([t[0] for t in terms], [t[1] for t in terms], ix, [t[2] for t in terms])
+    found = ratio_source_terms([t[0] for t in terms], [t[1] for t in terms], ix, [t[2] for t in terms],
+                               within_strata=within_strata)
     for k, c in enumerate(live):
         out[names[c]]["source_term"] = found[k]
 
@@ -507,10 +510,12 @@ BENCHMARKS.md, issue 24, fourth pass)."""
 
 def _group_stats(g: pd.DataFrame, *, n_resamples: int, seed: int, method: str, item_seed: int | None = None,
                  source_levels: pd.Index | None = None, which: str = "metrics",
-                 source_strata: pd.Series | None = None) -> dict[str, _Stat]:
+                 source_strata: pd.Series | None = None, fixed_strata: bool = False) -> dict[str, _Stat]:
     """All Design A metrics (``which="metrics"``) or the subgroup-gap metrics (``"gaps"``) of one
     group (e.g. one LLM x strategy) of prepared rows, valid and invalid (``prepare(keep_invalid=True)``).
-    ``source_strata``: `design_strata` of the whole data set (None: every source term unstratified)."""
+    ``source_strata``: `design_strata` of the whole data set (None: every source term unstratified);
+    ``fixed_strata``: every metric's source term within them (the strata are fixed thresholds:
+    `l2d_metrics`), else only `STRATIFIED_RHOS`'; the gaps never use strata."""
     ix_all = CrossedIndex.build(g["item_id"], g["source"], source_levels, source_strata)
     n_cl = ix_all.n_items
     W = (resample_counts(n_cl, n_resamples, seed if item_seed is None else item_seed)
@@ -521,6 +526,7 @@ def _group_stats(g: pd.DataFrame, *, n_resamples: int, seed: int, method: str, i
     delta = d.delta.to_numpy()
     outcome_col = d.outcome.cat.codes.to_numpy()
     conflict = d.claim_conflicts.to_numpy()  # the taxonomy's denominator: C != P1
+    fixed = fixed_strata and ix_all.source_stratum is not None
     if which == "gaps":
         stats = _rho_stats(["SD", "TD"], delta, [d.reliability.to_numpy(), d.improvement.to_numpy()], W, ix, method)
         first, correct, invalid = _priors_counting_invalid(g)
@@ -538,7 +544,7 @@ def _group_stats(g: pd.DataFrame, *, n_resamples: int, seed: int, method: str, i
         ys.append(d["rated_reliability"].astype(float).to_numpy())
     # rho(R_hat, R) is rho(y_3, y_0) of the same rows: computed in the same kernel pass
     stats = _rho_stats(names, delta, ys, W, ix, method, ("rho_rhat_R", 3, 0) if rated else None,
-                       within_strata=STRATIFIED_RHOS)
+                       within_strata=tuple(names) if fixed else STRATIFIED_RHOS)
     rel = propensity_terms(d, "reliability")
     imp = propensity_terms(d, "improvement")
     # source terms (crossed.ratio_source_replicates): reliability pairs span two sources, every pair at
@@ -557,18 +563,18 @@ def _group_stats(g: pd.DataFrame, *, n_resamples: int, seed: int, method: str, i
         [rel[0], imp[0], elig & d.posterior_correct.to_numpy(), first_prior & d.prior_correct.to_numpy()]
         + [conflict & (outcome_col == k) for k in range(len(OUTCOMES))] + [~conflict],
         [rel[1], imp[1], elig, first_prior] + [conflict] * len(OUTCOMES) + [ones], ix, W, method,
-        source_terms=pair_terms + [None] * (3 + len(OUTCOMES))))
+        source_terms=pair_terms + [None] * (3 + len(OUTCOMES)), within_strata=fixed))
     inv = [(~valid).astype(float)]
     if "lenient_valid" in g.columns:  # beside the headline: invalid under the lenient parse too (collect.parsing)
         inv.append((~g["lenient_valid"].fillna(False).to_numpy(bool)).astype(float))
     stats.update(_ratio_stats(["share: Invalid", "share: Invalid (lenient)"][:len(inv)], inv,
-                              [np.ones(len(g))] * len(inv), ix_all, W, method))
+                              [np.ones(len(g))] * len(inv), ix_all, W, method, within_strata=fixed))
     return stats
 
 
 def l2d_metrics(df: pd.DataFrame, *, n_resamples: int = DEFAULT_RESAMPLES, seed: int = 0, level: float = 0.95,
                 method: str = DEFAULT_METHOD, tol: float | None = None, by: tuple[str, ...] = ("llm", "strategy"),
-                overall: bool = True) -> pd.DataFrame:
+                overall: bool = True, fixed_strata: bool = False) -> pd.DataFrame:
     """Design A metric table: one row per group x metric.
 
     Groups are LLM x strategy and (``overall``) LLM over all strategies ("(all)": every
@@ -576,8 +582,18 @@ def l2d_metrics(df: pd.DataFrame, *, n_resamples: int = DEFAULT_RESAMPLES, seed:
     strategy). Columns: group keys, metric, estimate, lo, hi (``level`` interval by ``method``),
     p_value (vs the chance value; none for shares), n (the denominator's count), denominator
     (what n counts), n_invalid, chance, interval (method and resample count).
+
+    ``fixed_strata`` (``crossed`` only): the source pool was drawn within the design's 6 strata cut
+    at fixed thresholds (`designs.l2d.source_pool`: the tiers of the whole source table, not of the
+    pool), so every metric's source term is taken within the strata (`design_strata`): the pool's
+    share of each stratum is then part of the design, not sampling variance. Default: only
+    `STRATIFIED_RHOS` use the strata, which stays right where the strata are the pool's own
+    quantiles (their boundaries move with the pool). Coverage of both: BENCHMARKS.md, issue 24,
+    sixth pass. Raises InputError where the data show no such strata.
     """
     check_method(method)
+    if fixed_strata and method != "crossed":
+        raise InputError(f"fixed strata apply to the crossed intervals only, not to method {method!r}")
     prepared = prepare(df, tol, keep_invalid=True)
     groups: list[tuple[dict, pd.DataFrame]] = []
     for keys, g in prepared.groupby(list(by), sort=True):
@@ -588,10 +604,13 @@ def l2d_metrics(df: pd.DataFrame, *, n_resamples: int = DEFAULT_RESAMPLES, seed:
             groups.append(({"llm": llm, "strategy": "(all)"}, g))
 
     strata = design_strata(prepared) if method == "crossed" else None
+    if fixed_strata and strata is None:
+        raise InputError("fixed strata: the data show no design strata (each item needs k sources in each of the "
+                         "6 popularity x reliability strata, cut at thresholds shared by all items)")
 
     def cell(group: tuple[dict, pd.DataFrame]) -> dict[str, _Stat]:
         return _group_stats(group[1], n_resamples=n_resamples, seed=seed, method=method,
-                            source_strata=strata)
+                            source_strata=strata, fixed_strata=fixed_strata)
 
     if n_resamples and len(groups) > 1:
         # two groups at a time: the bootstrap kernel releases the GIL and uses every core, so one
@@ -602,7 +621,9 @@ def l2d_metrics(df: pd.DataFrame, *, n_resamples: int = DEFAULT_RESAMPLES, seed:
         group_stats = [cell(g) for g in groups]
     interval = _interval_label(method, level, n_resamples)
     if strata is not None and n_resamples:
-        interval += ("; SD and rho(Delta, popularity): source term of raw linear terms within the design's 6 "
+        interval += ("; every metric's source term within the design's 6 popularity x reliability strata (fixed "
+                     "thresholds)" if fixed_strata else
+                     "; SD and rho(Delta, popularity): source term of raw linear terms within the design's 6 "
                      "popularity x reliability strata")
     small = _warn_small_pool(groups, method, n_resamples)
     interval += f"; {small}" if small else ""
