@@ -31,6 +31,8 @@ interval holds the truth; its Monte Carlo SE sqrt(c (1 - c) / sets) beside it.
     python benchmarks/coverage_crossed_sources.py --summarise /tmp/c.npz --previous-df --detail
     python benchmarks/coverage_crossed_sources.py --pools 20 --settings 0 --sets 1000 --unstratified --out /tmp/s.npz
     python benchmarks/coverage_crossed_sources.py --summarise /tmp/cov20.npz,/tmp/cov60.npz,/tmp/cov132.npz
+    python benchmarks/coverage_crossed_sources.py --summarise /tmp/cov20.npz --flat-source-df   # the rule before
+    python benchmarks/coverage_crossed_sources.py --pools 20 --sets 1000 --pool-draw design --fixed-strata --out /tmp/f.npz
 """
 
 from __future__ import annotations
@@ -267,13 +269,19 @@ def main() -> None:
     ap.add_argument("--detail", action="store_true", help="bias, variance ratio, source share and df per metric")
     ap.add_argument("--previous-df", action="store_true",
                     help="also the small-cluster interval with the degrees of freedom before (source term on (G-1)/3)")
+    ap.add_argument("--flat-source-df", action="store_true",
+                    help="var_source on (G_source - H) / 2 degrees of freedom at every share r of the source term "
+                    "(the rule before issue 24's sixth pass; default: crossed.source_df, (G_source - H) / (1 + r))")
     ap.add_argument("--df-share", type=float, default=None,
                     help="degrees of freedom of var_source, where the source effects dominate, as this share of G_source - H "
                     "(crossed.SOURCE_DF_SHARE, default: the package's)")
     args = ap.parse_args()
+    from discern_stats.stats import crossed
     if args.df_share is not None:
-        from discern_stats.stats import crossed
         crossed.SOURCE_DF_SHARE = args.df_share
+    if args.flat_source_df:
+        by_share = crossed.source_df
+        crossed.source_df = lambda n_sources, strata, net_share: by_share(n_sources, strata, 1.0)
     if args.summarise:
         summarise(args.summarise, detail=args.detail, previous=args.previous_df)
     else:

@@ -62,6 +62,12 @@ V = V_item + V_source - V_item∩source, with two choices that make it usable he
   than the within-half variance says), which a within-strata variance misses (TD and the truth
   propensity 0.91-0.93 at 20-60 sources with source effects correlated with reliability or
   popularity). BENCHMARKS.md, issue 24, fourth pass.
+  Where the user declares the strata fixed thresholds (``l2d_metrics(fixed_strata=True)``,
+  ``metrics l2d --fixed-strata``: the pool drawn within the tiers of the whole source table,
+  `designs.l2d.source_pool`), every statistic takes its term within the strata
+  (`ratio_source_terms(within_strata=True)`; the rhos from raw linear terms): unstratified, the
+  strata's fixed shares counted as pool variance (TD and the truth propensity up to 0.98 under
+  such pools; BENCHMARKS.md, issue 24, sixth pass).
 - Interval (`crossed_se_interval`): estimate ± t_df · sqrt(V) with the small-cluster correction
   (each component scaled by G / (G - 1), G_source / (G_source - H) with H strata, Student t with
   Satterthwaite degrees of freedom, the source term as the difference var_source - var_cell,
