@@ -429,12 +429,13 @@ def metrics_cmd(design: str = typer.Argument(..., help="l2d or cue"),
                                                     "(column correct_rule; items without one: exact)"),
                 contrasts_out: Optional[Path] = typer.Option(None, "--contrasts-out",
                                                              help="Design B: also write the Holm-corrected intervention contrasts here"),
-                fixed_strata: bool = typer.Option(False, "--fixed-strata",
+                fixed_strata: Optional[bool] = typer.Option(None, "--fixed-strata/--no-fixed-strata",
                                                   help="Design A, crossed intervals: the source pool was drawn within "
-                                                       "the 6 popularity x reliability strata at fixed thresholds "
-                                                       "(e.g. `design l2d --source-pool`), so every metric's source "
-                                                       "term is taken within the strata (default: SD and "
-                                                       "rho(Delta, popularity) only)"),
+                                                       "the 6 popularity x reliability strata at fixed thresholds, so "
+                                                       "every metric's source term is taken within the strata; "
+                                                       "--no-fixed-strata: SD and rho(Delta, popularity) only. "
+                                                       "Default: fixed where the plan recorded the strata "
+                                                       "(`design l2d --source-pool`, column source_stratum)"),
                 db: Optional[str] = DbOpt) -> None:
     """The metric tables of SPEC with cluster-bootstrap intervals: on the terminal, or to a CSV/parquet
     file (by extension) with --out.
@@ -445,15 +446,15 @@ def metrics_cmd(design: str = typer.Argument(..., help="l2d or cue"),
 
     Example: `discern-stats metrics l2d --out l2d_metrics.csv --subgroup oecd --subgroup era`
 
-    Example: `discern-stats metrics l2d --fixed-strata` (sources drawn by `design l2d --source-pool 132`)
+    Example: `discern-stats metrics l2d --fixed-strata` (sources imported from a pool drawn at fixed thresholds)
     """
     from .store.tables import write_table
     from .stats import holm_contrasts, metrics
     d = _design_arg(design)
     if subgroup and d != "l2d":
         raise InputError("--subgroup applies to Design A (l2d) only")
-    if fixed_strata and d != "l2d":
-        raise InputError("--fixed-strata applies to Design A (l2d) only")
+    if fixed_strata is not None and d != "l2d":
+        raise InputError(f"--{'' if fixed_strata else 'no-'}fixed-strata applies to Design A (l2d) only")
     for path in (out, contrasts_out):
         if path is not None and path.suffix.lower() not in (".csv", ".parquet", ".pq"):
             raise InputError(f"unsupported output type {path.suffix or '(none)'!r}; use .csv or .parquet", file=str(path))
@@ -463,7 +464,7 @@ def metrics_cmd(design: str = typer.Argument(..., help="l2d or cue"),
         kw["method"] = method
     if d == "l2d" and tol is not None:
         kw["tol"] = tol
-    table = metrics(d, df, **kw, **({"fixed_strata": True} if fixed_strata else {}))
+    table = metrics(d, df, **kw, **({"fixed_strata": fixed_strata} if fixed_strata is not None else {}))
     if subgroup:
         import pandas as pd
 

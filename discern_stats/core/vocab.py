@@ -213,6 +213,15 @@ POP_TIERS = ("low", "mid", "high")  # Design A's popularity tertiles
 REL_TIERS = ("low", "high")  # Design A's reliability halves
 
 
+def stratum_label(pop_tier: str, rel_tier: str) -> str:
+    """A source's Design A stratum as one label, "popularity/reliability" (e.g. "mid/high"): the
+    values of the trials' ``source_stratum`` column and of `stats.l2d.design_strata`."""
+    return f"{pop_tier}/{rel_tier}"
+
+
+SOURCE_STRATA = tuple(stratum_label(p, r) for p in POP_TIERS for r in REL_TIERS)  # the 6 labels
+
+
 def source_tiers(popularity: pd.Series, reliability: pd.Series) -> tuple[pd.Series, pd.Series]:
     """The design's strata of a set of sources (one value each): popularity tertiles (`POP_TIERS`)
     and reliability halves (`REL_TIERS`) by rank, ties in the given order. Design A's vocabulary:

@@ -67,7 +67,9 @@ def design_l2d(engine: Engine, *, seed: int = 0, per_stratum: int = 1, strategie
 
     Sources: the database's real sources with a popularity value (`import sources`, `import
     popularity`); ``source_pool`` first draws a fixed pool of that many (a multiple of 6, evenly
-    across the 6 strata; seed 000: 132) from which every item's sources are drawn. With fewer
+    across the 6 strata; seed 000: 132) from which every item's sources are drawn, and records each
+    posterior's stratum at the table's thresholds (``source_stratum``: the statistics then take every
+    crossed source term within the strata, `stats.l2d.l2d_metrics`). With fewer
     than 6 real sources the plan is refused in one line naming the commands that import real ones,
     unless ``fictional_sources`` (or ``use_demo``, which also selects the demo bank) asks for the
     24 invented demo domains. The result's ``sources`` says where the sources come from.
@@ -117,9 +119,12 @@ def design_l2d(engine: Engine, *, seed: int = 0, per_stratum: int = 1, strategie
                                         n_items, seed=seed)
     src = src[src.fictional.astype(bool)] if fictional_sources else src[~src.fictional.astype(bool)]
     src = src.dropna(subset=["popularity"])
+    fixed = None
     if source_pool is not None:
+        fixed = l2d.table_strata(src)  # the whole table's thresholds, recorded with every posterior
         src = l2d.source_pool(src, source_pool, seed=seed)
-    plan = l2d.build_requests(it, src, seed=seed, per_stratum=per_stratum, strategies=strategies, factors=factors)
+    plan = l2d.build_requests(it, src, seed=seed, per_stratum=per_stratum, strategies=strategies, factors=factors,
+                              fixed_strata=fixed)
     used = src[src.domain.isin({r["source"] for r in plan.requests if r.get("source")})]
     with engine.begin() as conn:
         n = insert_ignore(conn, Request, plan.requests, ["key"])

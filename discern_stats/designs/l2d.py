@@ -24,7 +24,7 @@ from typing import Any
 import pandas as pd
 
 from ..core.answers import claim_text
-from ..core.vocab import FACTORS, STRATEGIES, source_tiers
+from ..core.vocab import FACTORS, STRATEGIES, source_tiers, stratum_label
 from ..core.errors import InputError
 from ..core.vocab import JSON_LAST_LINE_STRATEGIES, RATING_STRATEGY  # noqa: F401  (what the prompts ask for)
 from ..core.keys import l2d_posterior_key, l2d_prior_key
@@ -113,9 +113,22 @@ def source_pool(sources: pd.DataFrame, n: int, seed: int = 0) -> pd.DataFrame:
     return sources[sources.domain.isin(keep)]
 
 
-def sample_sources(sources: pd.DataFrame, per_stratum: int, rng: random.Random) -> list[str]:
-    """Draw ``per_stratum`` sources from each of the 6 strata (without replacement within a stratum)."""
+def table_strata(sources: pd.DataFrame) -> dict[str, str]:
+    """domain -> its stratum label (`core.vocab.stratum_label`) among the 6 of the whole table
+    ``sources``: the fixed thresholds that `source_pool` draws within."""
     s = stratify_sources(sources)
+    return {d: stratum_label(p, r) for d, p, r in zip(s.domain, s.pop_tier, s.rel_tier)}
+
+
+def sample_sources(sources: pd.DataFrame, per_stratum: int, rng: random.Random,
+                   strata: dict[str, str] | None = None) -> list[str]:
+    """Draw ``per_stratum`` sources from each of the 6 strata (without replacement within a stratum):
+    the strata of ``sources`` themselves, or the given ``strata`` (domain -> label, e.g. the whole
+    table's `table_strata` for a `source_pool`)."""
+    s = stratify_sources(sources)
+    if strata is not None:
+        lab = s.domain.map(strata)
+        s = s.assign(pop_tier=lab.str.split("/").str[0], rel_tier=lab.str.split("/").str[1])
     out = []
     for pt in ("low", "mid", "high"):
         for rt in ("low", "high"):
@@ -161,10 +174,15 @@ class L2DPlan:
 
 
 def build_requests(items: pd.DataFrame, sources: pd.DataFrame, *, seed: int = 0, per_stratum: int = 1,
-                   strategies: tuple[str, ...] = STRATEGIES, factors: tuple[float, ...] = FACTORS) -> L2DPlan:
+                   strategies: tuple[str, ...] = STRATEGIES, factors: tuple[float, ...] = FACTORS,
+                   fixed_strata: dict[str, str] | None = None) -> L2DPlan:
     """Planned requests: a prior per (item, strategy) and a posterior per (item, strategy, source, factor).
 
     Each item gets its own stratified source draw (6 x ``per_stratum`` sources), shared by all strategies.
+    ``fixed_strata`` (domain -> label): ``sources`` is a pool drawn within these strata, cut at the
+    thresholds of a larger table (`source_pool`, `table_strata`); the items draw within them and each
+    posterior records its source's stratum (``source_stratum``), from which the crossed intervals
+    take every source term within the strata (`stats.l2d.l2d_metrics`).
     """
     from ..store.db import dumps
     check_strategies(strategies)
@@ -173,7 +191,7 @@ def build_requests(items: pd.DataFrame, sources: pd.DataFrame, *, seed: int = 0,
     items = items.sort_values("item_id")
     prec = item_precision(items)
     for it in items.itertuples():
-        chosen = sample_sources(sources, per_stratum, rng)
+        chosen = sample_sources(sources, per_stratum, rng, fixed_strata)
         for strat in strategies:
             pk = l2d_prior_key(it.item_id, strat)
             reqs.append({"key": pk, "design": "l2d", "item_id": it.item_id, "strategy": strat, "stage": "prior",
@@ -186,5 +204,6 @@ def build_requests(items: pd.DataFrame, sources: pd.DataFrame, *, seed: int = 0,
                                  "item_id": it.item_id, "strategy": strat, "stage": "posterior", "parent_key": pk,
                                  "source": src, "factor": float(f), "claim": float(text),
                                  "answer_format": "number", "seed": seed,
+                                 "source_stratum": fixed_strata[src] if fixed_strata is not None else None,
                                  "messages_json": dumps(posterior_turn(src, text, strat))})
     return L2DPlan(reqs, len(items), 6 * per_stratum)

@@ -39,7 +39,7 @@ import numpy as np
 import pandas as pd
 
 from ..core.answers import is_correct, resolution
-from ..core.vocab import (CHANCE, CLAIM_AGREES, OUTCOME_DENOMINATOR, OUTCOMES, POP_TIERS, REL_TIERS,
+from ..core.vocab import (CHANCE, CLAIM_AGREES, OUTCOME_DENOMINATOR, OUTCOMES, POP_TIERS, REL_TIERS, SOURCE_STRATA,
                           TAG_REFERENCE_LEVELS, UNADJUSTED_P)
 from ..core.errors import InputError
 from .bootstrap import DEFAULT_RESAMPLES, jackknife_ratio, ratio, resample_counts, summarise, with_all_once
@@ -500,6 +500,28 @@ def design_strata(df: pd.DataFrame) -> pd.Series | None:
     return pd.Series(tier_of, index=labels.index).sort_index()
 
 
+def recorded_strata(df: pd.DataFrame) -> pd.Series | None:
+    """Each source's stratum as the plan recorded it (column ``source_stratum``, written by `design
+    l2d --source-pool`: the pool was drawn within the 6 strata cut at the whole table's fixed
+    thresholds, `designs.l2d.source_pool`), indexed by source; None where the column is absent or
+    empty in some row (no plan of that kind). Raises InputError for a label outside
+    `core.vocab.SOURCE_STRATA` or a source with two."""
+    if "source_stratum" not in df.columns:
+        return None
+    cells = df.drop_duplicates(["source", "source_stratum"])[["source", "source_stratum"]]
+    if cells.empty or cells["source_stratum"].isna().any():
+        return None
+    bad = cells.loc[~cells["source_stratum"].isin(SOURCE_STRATA), "source_stratum"]
+    if len(bad):
+        raise InputError(f"unknown source stratum {bad.iloc[0]!r}; expected one of {', '.join(SOURCE_STRATA)}",
+                         column="source_stratum")
+    twice = cells["source"].duplicated()
+    if twice.any():
+        raise InputError(f"source {cells['source'][twice].iloc[0]!r} has more than one source stratum",
+                         column="source_stratum")
+    return cells.set_index("source")["source_stratum"].sort_index()
+
+
 STRATIFIED_RHOS = ("SD", "rho_pop")
 """The rhos whose crossed source term is taken within the design's strata, from raw linear terms
 (`crossed.spearman_source_terms`): Delta against reliability and popularity, the two source
@@ -574,7 +596,7 @@ def _group_stats(g: pd.DataFrame, *, n_resamples: int, seed: int, method: str, i
 
 def l2d_metrics(df: pd.DataFrame, *, n_resamples: int = DEFAULT_RESAMPLES, seed: int = 0, level: float = 0.95,
                 method: str = DEFAULT_METHOD, tol: float | None = None, by: tuple[str, ...] = ("llm", "strategy"),
-                overall: bool = True, fixed_strata: bool = False) -> pd.DataFrame:
+                overall: bool = True, fixed_strata: bool | None = None) -> pd.DataFrame:
     """Design A metric table: one row per group x metric.
 
     Groups are LLM x strategy and (``overall``) LLM over all strategies ("(all)": every
@@ -583,13 +605,16 @@ def l2d_metrics(df: pd.DataFrame, *, n_resamples: int = DEFAULT_RESAMPLES, seed:
     p_value (vs the chance value; none for shares), n (the denominator's count), denominator
     (what n counts), n_invalid, chance, interval (method and resample count).
 
-    ``fixed_strata`` (``crossed`` only): the source pool was drawn within the design's 6 strata cut
-    at fixed thresholds (`designs.l2d.source_pool`: the tiers of the whole source table, not of the
-    pool), so every metric's source term is taken within the strata (`design_strata`): the pool's
-    share of each stratum is then part of the design, not sampling variance. Default: only
-    `STRATIFIED_RHOS` use the strata, which stays right where the strata are the pool's own
-    quantiles (their boundaries move with the pool). Coverage of both: BENCHMARKS.md, issue 24,
-    sixth pass. Raises InputError where the data show no such strata.
+    ``fixed_strata`` (``crossed`` only): True says the source pool was drawn within the design's 6
+    strata cut at fixed thresholds (`designs.l2d.source_pool`: the tiers of the whole source table,
+    not of the pool), so every metric's source term is taken within the strata: the pool's share of
+    each stratum is then part of the design, not sampling variance. False: only `STRATIFIED_RHOS`
+    use the strata, which stays right where the strata are the pool's own quantiles (their
+    boundaries move with the pool). None (the default): True where the plan recorded the strata
+    (column ``source_stratum``, `recorded_strata`: `design l2d --source-pool`), else False. The
+    strata are the recorded ones, else those the items' sources show (`design_strata`). Coverage
+    of both: BENCHMARKS.md, issue 24, sixth pass. Raises InputError where True meets data that
+    show no such strata.
     """
     check_method(method)
     if fixed_strata and method != "crossed":
@@ -603,7 +628,11 @@ def l2d_metrics(df: pd.DataFrame, *, n_resamples: int = DEFAULT_RESAMPLES, seed:
         for llm, g in prepared.groupby("llm", sort=True):
             groups.append(({"llm": llm, "strategy": "(all)"}, g))
 
-    strata = design_strata(prepared) if method == "crossed" else None
+    recorded = recorded_strata(prepared) if method == "crossed" else None
+    declared = fixed_strata is not None
+    if fixed_strata is None:
+        fixed_strata = recorded is not None
+    strata = (recorded if recorded is not None else design_strata(prepared)) if method == "crossed" else None
     if fixed_strata and strata is None:
         raise InputError("fixed strata: the data show no design strata (each item needs k sources in each of the "
                          "6 popularity x reliability strata, cut at thresholds shared by all items)")
@@ -622,7 +651,7 @@ def l2d_metrics(df: pd.DataFrame, *, n_resamples: int = DEFAULT_RESAMPLES, seed:
     interval = _interval_label(method, level, n_resamples)
     if strata is not None and n_resamples:
         interval += ("; every metric's source term within the design's 6 popularity x reliability strata (fixed "
-                     "thresholds)" if fixed_strata else
+                     "thresholds" + ("" if declared else ", as the plan recorded them") + ")" if fixed_strata else
                      "; SD and rho(Delta, popularity): source term of raw linear terms within the design's 6 "
                      "popularity x reliability strata")
     small = _warn_small_pool(groups, method, n_resamples)

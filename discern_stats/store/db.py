@@ -118,6 +118,10 @@ class Request(SQLModel, table=True):
     source: Optional[str] = None
     factor: Optional[float] = None
     claim: Optional[float] = None
+    # Design A: the source's popularity x reliability stratum ("mid/high", `core.vocab.SOURCE_STRATA`)
+    # where the plan drew its source pool within strata cut at a larger table's fixed thresholds
+    # (`design l2d --source-pool`); None otherwise
+    source_stratum: Optional[str] = None
     # Design B
     world_id: Optional[str] = Field(default=None, index=True)
     intervention: Optional[str] = None

@@ -271,7 +271,8 @@ def _import_l2d(conn: sa.Connection, df: pd.DataFrame, llm_ids: dict[str, int], 
         req_rows.append({"key": l2d_posterior_key(r.item_id, r.strategy, r.source, float(r.factor)), "design": "l2d",
                          "item_id": r.item_id, "strategy": r.strategy, "stage": "posterior",
                          "parent_key": l2d_prior_key(r.item_id, r.strategy), "source": r.source,
-                         "factor": float(r.factor), "claim": float(r.claim), "answer_format": "number"})
+                         "factor": float(r.factor), "claim": float(r.claim), "answer_format": "number",
+                         "source_stratum": getattr(r, "source_stratum", None)})
     insert_ignore(conn, Request, req_rows, ["key"])
     rid = _request_ids(conn, [r["key"] for r in req_rows])
     trials = []

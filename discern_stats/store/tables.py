@@ -18,14 +18,15 @@ import numpy as np
 import pandas as pd
 
 from ..core.errors import InputError
-from ..core.vocab import TRACKS
+from ..core.vocab import SOURCE_STRATA, TRACKS
 
 DESIGNS = ("l2d", "cue")
 
 L2D_COLUMNS = ["llm", "strategy", "item_id", "truth", "source", "reliability", "popularity",
                "factor", "claim", "prior", "posterior", "valid"]
 # lenient_valid: the lenient parse's validity beside the headline `valid` (collect.parsing)
-L2D_OPTIONAL = ["rated_reliability", "lenient_valid"]
+# source_stratum: the source's stratum where the pool was drawn within fixed thresholds (`designs.l2d.source_pool`)
+L2D_OPTIONAL = ["rated_reliability", "lenient_valid", "source_stratum"]
 CUE_COLUMNS = ["llm", "intervention", "world_id", "stratum", "track", "probe", "condition",
                "answer", "valid"]
 CUE_OPTIONAL = ["choice", "correct", "lenient_valid"]
@@ -119,6 +120,24 @@ def text_column(df: pd.DataFrame, col: str, file: str, *, required: bool = True)
     return s
 
 
+def source_stratum_column(df: pd.DataFrame, file: str) -> pd.Series:
+    """Design A's ``source_stratum`` (text, `core.vocab.SOURCE_STRATA`), checked: every row has one
+    (a stratum recorded for some sources only says nothing of how the pool was drawn), it is one of
+    the 6 labels, and each source has a single one."""
+    s = text_column(df, "source_stratum", file)
+    bad = ~s.isin(SOURCE_STRATA)
+    if bad.any():
+        i = int(np.flatnonzero(bad.to_numpy())[0])
+        raise InputError(f"unknown source stratum {s.iloc[i]!r}; expected one of {', '.join(SOURCE_STRATA)}",
+                         file=file, row=i + 1, column="source_stratum")
+    n = s.groupby(df["source"]).transform("nunique")
+    if (n > 1).any():
+        i = int(np.flatnonzero((n > 1).to_numpy())[0])
+        raise InputError(f"source {df['source'].iloc[i]!r} has more than one source stratum", file=file, row=i + 1,
+                         column="source_stratum")
+    return s
+
+
 def bool_column(df: pd.DataFrame, col: str, file: str, *, required: bool = True) -> pd.Series:
     mapping = {"true": True, "false": False, "1": True, "0": False, "1.0": True, "0.0": False,
                "yes": True, "no": False, "t": True, "f": False}
@@ -191,6 +210,8 @@ def validate_trials(df: pd.DataFrame, design: str, file: str = "<DataFrame>") ->
         out["posterior"] = numeric_column(df, "posterior", file, required=False)
         if "rated_reliability" in df.columns:
             out["rated_reliability"] = numeric_column(df, "rated_reliability", file, required=False)
+        if "source_stratum" in df.columns:
+            out["source_stratum"] = source_stratum_column(out.assign(source_stratum=df["source_stratum"]), file)
         bad = out["valid"].astype(bool) & (out["prior"].isna() | out["posterior"].isna())
         if bad.any():
             i = int(np.flatnonzero(bad.to_numpy())[0])

@@ -1,0 +1,173 @@
+"""The plan records how its source pool was drawn (issue 24): `design l2d --source-pool` draws the pool
+within the 6 popularity x reliability strata of the whole source table and writes each posterior's
+stratum (``source_stratum``); the interchange tables carry it; the crossed intervals then take every
+source term within the strata without being told (`l2d_metrics(fixed_strata=None)`)."""
+
+from __future__ import annotations
+
+import numpy as np
+import pandas as pd
+import pytest
+from typer.testing import CliRunner
+
+import discern_stats as ds
+from discern_stats.cli import app
+from discern_stats.core.errors import InputError
+from discern_stats.core.vocab import SOURCE_STRATA, source_tiers, stratum_label
+from discern_stats.designs import design_l2d, l2d
+from discern_stats.store.db import Request
+
+runner = CliRunner()
+
+
+def test_a_source_pool_plan_records_the_whole_tables_strata(sqlite_url):
+    db = ds.TrialDB(sqlite_url)
+    design_l2d(db.engine, seed=4, bank="demo", fictional_sources=True, source_pool=12, strategies=("zero-shot",))
+    reqs = db.table(Request)
+    post = reqs[reqs.stage == "posterior"]
+    table = l2d.demo_sources()
+    pop, rel = source_tiers(table.popularity, table.reliability)  # hand: the 24 demo sources' own tiers
+    hand = {d: stratum_label(p, r) for d, p, r in zip(table.domain, pop, rel)}
+    assert post.source_stratum.notna().all() and (post.source_stratum == post.source.map(hand)).all()
+    assert reqs.loc[reqs.stage == "prior", "source_stratum"].isna().all()
+    assert post.source.nunique() == 12 and set(post.source_stratum) == set(SOURCE_STRATA)
+    assert (post.drop_duplicates("source").source_stratum.value_counts() == 2).all()  # 12 / 6 per stratum
+    # a plan without a pool records nothing (its strata are the table's own quantiles)
+    db2 = ds.TrialDB(sqlite_url.replace("trials.db", "nopool.db"))
+    design_l2d(db2.engine, seed=4, bank="demo", fictional_sources=True, strategies=("zero-shot",))
+    assert db2.table(Request).source_stratum.isna().all()
+
+
+def test_recording_the_strata_leaves_the_draw_as_it_was():
+    """Within the whole table's strata or the pool's own tertiles x halves: the same sources per item
+    (a pool of n/6 per stratum has the table's strata as its own), so no planned key moves."""
+    items = pd.DataFrame({"item_id": [f"q{i:02d}" for i in range(20)], "question": "How many?",
+                          "truth": 10.0 + np.arange(20)})
+    table = l2d.demo_sources()
+    pool = l2d.source_pool(table, 12, seed=2)
+    plain = l2d.build_requests(items, pool, seed=7, strategies=("zero-shot",))
+    fixed = l2d.build_requests(items, pool, seed=7, strategies=("zero-shot",), fixed_strata=l2d.table_strata(table))
+    assert [r["key"] for r in plain.requests] == [r["key"] for r in fixed.requests]
+    assert all(r.get("source_stratum") is None for r in plain.requests)
+
+
+def _trials(n_items: int = 30, seed: int = 3, recorded: bool = True) -> pd.DataFrame:
+    """Trials on a pool drawn within the demo table's strata (one source per stratum and item)."""
+    rng = np.random.default_rng(seed)
+    table = l2d.demo_sources()
+    items = pd.DataFrame({"item_id": [f"q{i:02d}" for i in range(n_items)], "question": "How many?",
+                          "truth": 10.0 + np.arange(n_items)})
+    plan = l2d.build_requests(items, l2d.source_pool(table, 18, seed=seed), seed=seed, strategies=("zero-shot",),
+                              fixed_strata=l2d.table_strata(table) if recorded else None)
+    d = pd.DataFrame([r for r in plan.requests if r["stage"] == "posterior"])
+    d = d.merge(table.rename(columns={"domain": "source"})[["source", "reliability", "popularity"]], on="source")
+    d["llm"], d["truth"] = "m", d.item_id.str[1:].astype(float) + 10
+    d["prior"] = np.where(rng.random(len(d)) < 0.5, d.truth, (d.truth * 1.4).round())
+    d["prior"] = d.groupby("item_id").prior.transform("first")
+    moves = rng.random(len(d)) < 0.2 + 0.6 * d.reliability
+    d["posterior"] = d.prior + moves * rng.uniform(0.2, 1, len(d)) * (d.claim - d.prior)
+    d["valid"] = True
+    keep = ["llm", "strategy", "item_id", "truth", "source", "reliability", "popularity", "factor", "claim",
+            "prior", "posterior", "valid"]
+    return d[keep + (["source_stratum"] if recorded else [])]
+
+
+def _metrics(d: pd.DataFrame, **kw) -> pd.DataFrame:
+    from discern_stats.stats.l2d import l2d_metrics
+    with pytest.warns(Warning):  # few sources: the small-pool warning
+        return l2d_metrics(d, n_resamples=200, overall=False, **kw).set_index("metric")
+
+
+def test_recorded_strata_make_every_source_term_within_them():
+    d = _trials()
+    auto, declared, off = _metrics(d), _metrics(d, fixed_strata=True), _metrics(d, fixed_strata=False)
+    bare = _metrics(d.drop(columns="source_stratum"))  # no record: the default as before
+    cols = ["estimate", "lo", "hi"]
+    pd.testing.assert_frame_equal(auto[cols], declared[cols])
+    pd.testing.assert_frame_equal(off[cols], bare[cols])
+    moved = {m for m in auto.index if not np.allclose(auto.loc[m, ["lo", "hi"]].astype(float),
+                                                      off.loc[m, ["lo", "hi"]].astype(float), equal_nan=True)}
+    assert {"TD", "truth_propensity", "CD"} <= moved and "SD" not in moved  # SD was within the strata already
+    assert auto["interval"].str.contains("within the design's 6 popularity x reliability strata (fixed "
+                                         "thresholds, as the plan recorded them)", regex=False).all()
+    assert not declared["interval"].str.contains("as the plan recorded").any()
+    assert off["interval"].str.contains("SD and rho(Delta, popularity): source term", regex=False).all()
+
+
+def test_the_recorded_strata_win_over_the_ones_read_from_the_sources(monkeypatch):
+    """Two sources swap their recorded strata: the source terms follow the record, not the thresholds
+    that the sources' popularity and reliability show (`design_strata`)."""
+    from discern_stats.stats import l2d as stats_l2d
+    d = _trials()
+    g = stats_l2d.prepare(d, keep_invalid=True)
+    rec = stats_l2d.recorded_strata(g)
+    assert rec.equals(stats_l2d.design_strata(g).reindex(rec.index))  # the package's plan: both say the same
+    swapped = rec.copy()
+    a, b = rec[rec == "low/low"].index[0], rec[rec == "high/high"].index[0]
+    swapped[a], swapped[b] = "high/high", "low/low"
+    d2 = d.assign(source_stratum=d.source.map(swapped))
+    got, plain = _metrics(d2), _metrics(d)
+    assert not np.isclose(got.loc["TD", "hi"], plain.loc["TD", "hi"])
+    monkeypatch.setattr(stats_l2d, "design_strata", lambda df: swapped)
+    want = _metrics(d2.drop(columns="source_stratum"), fixed_strata=True)
+    pd.testing.assert_frame_equal(got[["lo", "hi"]], want[["lo", "hi"]])
+
+
+def test_bad_recorded_strata_get_one_line():
+    from discern_stats.stats.l2d import l2d_metrics
+    d = _trials()
+    with pytest.raises(InputError, match="unknown source stratum 'top/high'"):
+        l2d_metrics(d.assign(source_stratum="top/high"), n_resamples=0)
+    two = d.copy()
+    two.loc[two.index[0], "source_stratum"] = "mid/low" if two.source_stratum.iloc[0] != "mid/low" else "mid/high"
+    with pytest.raises(InputError, match="more than one source stratum"):
+        l2d_metrics(two, n_resamples=0)
+
+
+def test_the_interchange_tables_carry_the_strata_and_check_them(sqlite_url, tmp_path):
+    db = ds.TrialDB(sqlite_url)
+    d = _trials(n_items=12)
+    f = tmp_path / "t.csv"
+    d.to_csv(f, index=False)
+    r = runner.invoke(app, ["import", "trials", "l2d", str(f), "--db", sqlite_url])
+    assert r.exit_code == 0, r.output
+    back = db.trials("l2d")
+    assert "source_stratum" in back.columns
+    pd.testing.assert_series_equal(back.set_index(["item_id", "source", "factor"]).source_stratum.sort_index(),
+                                   d.set_index(["item_id", "source", "factor"]).source_stratum.sort_index())
+    before = len(db.trials("l2d"))
+    for name, edit, message in [
+            ("label", lambda t: t.assign(source_stratum="mid"), "unknown source stratum 'mid'"),
+            ("empty", lambda t: t.assign(source_stratum=t.source_stratum.where(t.index > 0, "")), "missing value"),
+            ("two", lambda t: t.assign(source_stratum=t.source_stratum.where(
+                (t.source != t.source.iloc[0]) | (t.index == 0),
+                "high/high" if t.source_stratum.iloc[0] != "high/high" else "low/low")),
+             "more than one source stratum")]:
+        g = tmp_path / f"{name}.csv"
+        edit(d.assign(llm="other")).to_csv(g, index=False)
+        r = runner.invoke(app, ["import", "trials", "l2d", str(g), "--db", sqlite_url])
+        assert r.exit_code == 2 and len(r.output.strip().splitlines()) == 1, r.output
+        assert message in r.output and "source_stratum" in r.output, r.output
+        assert len(db.trials("l2d")) == before  # nothing imported
+    # a table without the column exports without it
+    db2 = ds.TrialDB(sqlite_url.replace("trials.db", "bare.db"))
+    db2.import_trials("l2d", d.drop(columns="source_stratum"))
+    assert "source_stratum" not in db2.trials("l2d").columns
+
+
+def test_metrics_cli_takes_the_record_and_the_two_flags(sqlite_url, tmp_path):
+    db = ds.TrialDB(sqlite_url)
+    db.import_trials("l2d", _trials(n_items=12))
+    outs = {}
+    for flag in ([], ["--no-fixed-strata"], ["--fixed-strata"]):
+        out = tmp_path / f"m{len(outs)}.csv"
+        r = runner.invoke(app, ["metrics", "l2d", "--resamples", "100", "--out", str(out), "--db", sqlite_url, *flag])
+        assert r.exit_code == 0, r.output
+        outs[" ".join(flag)] = pd.read_csv(out)
+    assert outs[""]["interval"].str.contains("as the plan recorded them").all()
+    assert outs["--no-fixed-strata"]["interval"].str.contains("SD and rho(Delta, popularity)", regex=False).all()
+    pd.testing.assert_series_equal(outs[""]["hi"], outs["--fixed-strata"]["hi"])
+    for flag in ("--fixed-strata", "--no-fixed-strata"):
+        r = runner.invoke(app, ["metrics", "cue", flag, "--db", sqlite_url])
+        assert r.exit_code == 2 and len(r.output.strip().splitlines()) == 1, r.output
+        assert f"{flag} applies to Design A (l2d) only" in r.output
