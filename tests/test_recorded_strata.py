@@ -171,3 +171,24 @@ def test_metrics_cli_takes_the_record_and_the_two_flags(sqlite_url, tmp_path):
         r = runner.invoke(app, ["metrics", "cue", flag, "--db", sqlite_url])
         assert r.exit_code == 2 and len(r.output.strip().splitlines()) == 1, r.output
         assert f"{flag} applies to Design A (l2d) only" in r.output
+
+
+def test_importing_the_strata_fills_a_plan_without_them_and_refuses_another(sqlite_url):
+    """Trials imported without the column, then with it (another LLM): the earlier requests gain
+    the stratum, so every row exports with one; a stratum that contradicts the database's plan is
+    refused in one line and nothing is imported."""
+    db = ds.TrialDB(sqlite_url)
+    d = _trials(n_items=12)
+    db.import_trials("l2d", d.drop(columns="source_stratum"))
+    assert "source_stratum" not in db.trials("l2d").columns
+    db.import_trials("l2d", d.assign(llm="other"))
+    back = db.trials("l2d")
+    assert back.source_stratum.notna().all() and len(back) == 2 * len(d)
+    want = d.set_index(["item_id", "source", "factor"]).source_stratum
+    assert (back.set_index(["item_id", "source", "factor"]).source_stratum == want.reindex(
+        back.set_index(["item_id", "source", "factor"]).index)).all()  # both LLMs' rows carry the plan's
+    flip = {"low/low": "high/high", "high/high": "low/low", "low/high": "high/low", "high/low": "low/high",
+            "mid/low": "mid/high", "mid/high": "mid/low"}
+    with pytest.raises(InputError, match="in the database's plan"):
+        db.import_trials("l2d", d.assign(llm="third", source_stratum=d.source_stratum.map(flip)))
+    assert len(db.trials("l2d")) == 2 * len(d)

@@ -240,6 +240,28 @@ def _b(row: pd.Series, col: str) -> bool | None:
     return None if v is None or (isinstance(v, float) and pd.isna(v)) else bool(v)
 
 
+def _record_source_strata(conn: sa.Connection, req_rows: list[dict[str, Any]], file: str) -> None:
+    """Give planned posteriors that were already in the database the file's ``source_stratum`` where
+    they had none; a different one recorded there is refused (one line, nothing imported)."""
+    want = {r["key"]: (i, r["source_stratum"]) for i, r in enumerate(
+        r for r in req_rows if r["stage"] == "posterior")}
+    have = {}
+    keys = list(want)
+    for k in range(0, len(keys), 2000):
+        have.update(conn.execute(sa.select(Request.key, Request.source_stratum)
+                                 .where(Request.key.in_(keys[k:k + 2000]))).all())
+    fill = []
+    for key, (i, s) in want.items():
+        if have.get(key) is None:
+            fill.append({"k": key, "s": s})
+        elif have[key] != s:
+            raise InputError(f"source stratum {s!r} here but {have[key]!r} in the database's plan", file=file,
+                             row=i + 1, column="source_stratum")
+    if fill:
+        R = Request.__table__
+        conn.execute(R.update().where(R.c.key == sa.bindparam("k")).values(source_stratum=sa.bindparam("s")), fill)
+
+
 def _import_l2d(conn: sa.Connection, df: pd.DataFrame, llm_ids: dict[str, int], tag_cols: list[str], file: str) -> int:
     items = df.drop_duplicates("item_id")
     existing = {r.item_id: r.truth for r in conn.execute(sa.select(Item.item_id, Item.truth)
@@ -274,6 +296,8 @@ def _import_l2d(conn: sa.Connection, df: pd.DataFrame, llm_ids: dict[str, int], 
                          "factor": float(r.factor), "claim": float(r.claim), "answer_format": "number",
                          "source_stratum": getattr(r, "source_stratum", None)})
     insert_ignore(conn, Request, req_rows, ["key"])
+    if "source_stratum" in df.columns:
+        _record_source_strata(conn, req_rows, file)
     rid = _request_ids(conn, [r["key"] for r in req_rows])
     trials = []
     priors = df.sort_values("prior", na_position="last").drop_duplicates(["llm", "item_id", "strategy"])
