@@ -62,7 +62,8 @@ def export_trials(engine: Engine, design: str, *, llms: list[str] | None = None,
                        P.c.valid.label("prior_valid"), T.c.valid.label("post_valid"),
                        sa.func.coalesce(P.c.lenient_valid, P.c.valid).label("prior_lenient"),
                        sa.func.coalesce(T.c.lenient_valid, T.c.valid).label("post_lenient"),
-                       T.c.rated_reliability, R.c.source_stratum, I.c.tags_json.label("item_tags"), T.c.tags_json.label("trial_tags"),
+                       T.c.rated_reliability, R.c.source_stratum, I.c.tags_json.label("item_tags"),
+                       T.c.tags_json.label("trial_tags"),
                        T.c.id.label("_id"))
              .select_from(T.join(R, T.c.request_id == R.c.id).join(L, T.c.llm_id == L.c.id)
                           .join(I, I.c.item_id == R.c.item_id).join(S, S.c.domain == R.c.source)
