@@ -52,3 +52,19 @@ def cue_choices(weights: dict[str, float], *, intercept: float = 0.0, world_sd: 
                 rows.append(dict(llm=llm, intervention=intervention, world_id=f"w{w:03d}", stratum="core",
                                  track=track, probe="P4", condition=cond, answer=choice, valid=True, choice=choice))
     return validate_trials(pd.DataFrame(rows), "cue")
+
+
+def l2d_reliability_moves(d: pd.DataFrame, seed: int) -> pd.DataFrame:
+    """Design A answers on planned posterior rows (``item_id`` "q<k>", ``reliability``, ``claim``):
+    truth k + 10, one prior per item (the truth or 1.4 x it, rounded, each with probability 1/2),
+    and a move toward the claim with probability 0.2 + 0.6 x reliability, by a Uniform(0.2, 1)
+    fraction of the way; every row valid, LLM "m"."""
+    rng = np.random.default_rng(seed)
+    d = d.copy()
+    d["llm"], d["truth"] = "m", d.item_id.str[1:].astype(float) + 10
+    d["prior"] = np.where(rng.random(len(d)) < 0.5, d.truth, (d.truth * 1.4).round())
+    d["prior"] = d.groupby("item_id").prior.transform("first")
+    moves = rng.random(len(d)) < 0.2 + 0.6 * d.reliability
+    d["posterior"] = d.prior + moves * rng.uniform(0.2, 1, len(d)) * (d.claim - d.prior)
+    d["valid"] = True
+    return d

@@ -10,6 +10,8 @@ import pandas as pd
 import pytest
 from typer.testing import CliRunner
 
+from interchange_tables import l2d_reliability_moves
+
 import discern_stats as ds
 from discern_stats.cli import app
 from discern_stats.core.errors import InputError
@@ -53,7 +55,6 @@ def test_recording_the_strata_leaves_the_draw_as_it_was():
 
 def _trials(n_items: int = 30, seed: int = 3, recorded: bool = True) -> pd.DataFrame:
     """Trials on a pool drawn within the demo table's strata (one source per stratum and item)."""
-    rng = np.random.default_rng(seed)
     table = l2d.demo_sources()
     items = pd.DataFrame({"item_id": [f"q{i:02d}" for i in range(n_items)], "question": "How many?",
                           "truth": 10.0 + np.arange(n_items)})
@@ -61,12 +62,7 @@ def _trials(n_items: int = 30, seed: int = 3, recorded: bool = True) -> pd.DataF
                               fixed_strata=l2d.table_strata(table) if recorded else None)
     d = pd.DataFrame([r for r in plan.requests if r["stage"] == "posterior"])
     d = d.merge(table.rename(columns={"domain": "source"})[["source", "reliability", "popularity"]], on="source")
-    d["llm"], d["truth"] = "m", d.item_id.str[1:].astype(float) + 10
-    d["prior"] = np.where(rng.random(len(d)) < 0.5, d.truth, (d.truth * 1.4).round())
-    d["prior"] = d.groupby("item_id").prior.transform("first")
-    moves = rng.random(len(d)) < 0.2 + 0.6 * d.reliability
-    d["posterior"] = d.prior + moves * rng.uniform(0.2, 1, len(d)) * (d.claim - d.prior)
-    d["valid"] = True
+    d = l2d_reliability_moves(d, seed)
     keep = ["llm", "strategy", "item_id", "truth", "source", "reliability", "popularity", "factor", "claim",
             "prior", "posterior", "valid"]
     return d[keep + (["source_stratum"] if recorded else [])]

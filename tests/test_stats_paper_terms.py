@@ -584,15 +584,8 @@ def test_design_strata_are_read_from_the_items_even_where_a_pool_source_was_neve
 
 def _stratified_plan_trials(n_items: int = 40, seed: int = 3) -> pd.DataFrame:
     """Trials on the package's plan (one source per stratum and item) whose moves depend on reliability."""
-    rng = np.random.default_rng(seed)
-    d = _planned_trials(1, n_items=n_items)
-    d["llm"], d["truth"] = "m", d.item_id.str[1:].astype(float) + 10
-    d["prior"] = np.where(rng.random(len(d)) < 0.5, d.truth, (d.truth * 1.4).round())
-    d["prior"] = d.groupby("item_id").prior.transform("first")
-    moves = rng.random(len(d)) < 0.2 + 0.6 * d.reliability
-    d["posterior"] = d.prior + moves * rng.uniform(0.2, 1, len(d)) * (d.claim - d.prior)
-    d["valid"] = True
-    return d
+    from interchange_tables import l2d_reliability_moves
+    return l2d_reliability_moves(_planned_trials(1, n_items=n_items), seed)
 
 
 def test_crossed_metrics_use_the_within_strata_source_term_on_a_stratified_plan():
