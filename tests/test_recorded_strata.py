@@ -188,3 +188,38 @@ def test_importing_the_strata_fills_a_plan_without_them_and_refuses_another(sqli
     with pytest.raises(InputError, match="in the database's plan"):
         db.import_trials("l2d", d.assign(llm="third", source_stratum=d.source_stratum.map(flip)))
     assert len(db.trials("l2d")) == 2 * len(d)
+
+
+def _pool_trials(n_sources: int, n_items: int = 40, seed: int = 5) -> pd.DataFrame:
+    """Trials on a pool of ``n_sources`` hand-made sources (reliability and popularity spread evenly)."""
+    rng = np.random.default_rng(seed)
+    table = pd.DataFrame({"domain": [f"s{j:03d}.org" for j in range(n_sources)],
+                          "reliability": rng.permutation(np.linspace(0.05, 0.95, n_sources)),
+                          "popularity": rng.permutation(np.linspace(0.05, 0.95, n_sources))})
+    items = pd.DataFrame({"item_id": [f"q{i:02d}" for i in range(n_items)], "question": "How many?",
+                          "truth": 10.0 + np.arange(n_items)})
+    plan = l2d.build_requests(items, table, seed=seed, strategies=("zero-shot",))
+    d = pd.DataFrame([r for r in plan.requests if r["stage"] == "posterior"])
+    d = d.merge(table.rename(columns={"domain": "source"}), on="source")
+    return l2d_reliability_moves(d, seed)
+
+
+def test_the_small_pool_warning_names_the_pool_below_the_size_shown_and_only_there():
+    import warnings
+
+    from discern_stats.stats.l2d import MIN_SOURCES_SHOWN, SmallSourcePoolWarning, l2d_metrics
+    small = _pool_trials(MIN_SOURCES_SHOWN - 18)
+    assert small.source.nunique() == MIN_SOURCES_SHOWN - 18
+    with pytest.warns(SmallSourcePoolWarning, match=f"{MIN_SOURCES_SHOWN - 18} sources: below the {MIN_SOURCES_SHOWN}"):
+        out = l2d_metrics(small, n_resamples=100, overall=False)
+    assert out["interval"].str.contains(f"below the {MIN_SOURCES_SHOWN} at which", regex=False).all()
+    assert out["interval"].str.contains("0.925-0.984", regex=False).all()  # the figures of BENCHMARKS.md
+    large = _pool_trials(MIN_SOURCES_SHOWN)
+    assert large.source.nunique() == MIN_SOURCES_SHOWN
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", SmallSourcePoolWarning)
+        out = l2d_metrics(large, n_resamples=100, overall=False)
+    assert not out["interval"].str.contains("below the", regex=False).any()
+    with warnings.catch_warnings():  # the percentile interval has no source term: nothing to warn about
+        warnings.simplefilter("error", SmallSourcePoolWarning)
+        l2d_metrics(small, n_resamples=100, overall=False, method="percentile")

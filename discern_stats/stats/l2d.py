@@ -81,8 +81,8 @@ def _warn_small_pool(groups: list[tuple[dict, pd.DataFrame]], method: str, n_res
         return ""
     import warnings
     note = (f"{fewest} sources: below the {MIN_SOURCES_SHOWN} at which these intervals were shown to cover 93-97 %; "
-            f"with 20 sources they covered 0.925-0.984, 0.931-0.970 with fixed strata where the pool was drawn at "
-            f"fixed thresholds (BENCHMARKS.md)")
+            f"with 20 sources they covered 0.925-0.984, and 0.926-0.982 with fixed strata where the pool was "
+            f"drawn at fixed thresholds (BENCHMARKS.md)")
     warnings.warn(f"Design A intervals rest on {note}", SmallSourcePoolWarning, stacklevel=3)
     return note
 
