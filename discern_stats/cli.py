@@ -342,7 +342,8 @@ def design_l2d_cmd(seed: int = typer.Option(0, "--seed", help="random seed of th
                                                           "every table built on them says so"),
                    source_pool: Optional[int] = typer.Option(None, "--source-pool", help="draw a fixed pool of N real "
                                                              "sources first, N/6 per popularity x reliability stratum "
-                                                             "(seed 000: 132)"),
+                                                             "(seed 000: 132), and record each posterior's stratum (run again on "
+                                                             "an older pool plan: records its strata)"),
                    db: Optional[str] = DbOpt) -> None:
     """Plan Design A (Learn2Discern): a prior per item x strategy, a posterior per source x factor.
 
@@ -358,6 +359,9 @@ def design_l2d_cmd(seed: int = typer.Option(0, "--seed", help="random seed of th
                      fictional_sources=fictional_sources, source_pool=source_pool)
     console.print(f"Design A: {res['items']:,} items x {res['sources_per_item']} sources per item; "
                   f"{res['planned']:,} planned requests ({res['new']:,} new)")
+    if res.get("strata_recorded"):
+        console.print(f"recorded the source stratum of {res['strata_recorded']:,} posterior(s) planned before strata "
+                      f"were recorded (the crossed intervals now take every source term within the strata)")
     console.print(f"sources ({res['n_sources']:,} used): {res['sources']}", soft_wrap=True, highlight=False)
 
 

@@ -223,3 +223,39 @@ def test_the_small_pool_warning_names_the_pool_below_the_size_shown_and_only_the
     with warnings.catch_warnings():  # the percentile interval has no source term: nothing to warn about
         warnings.simplefilter("error", SmallSourcePoolWarning)
         l2d_metrics(small, n_resamples=100, overall=False, method="percentile")
+
+
+def test_planning_again_records_the_strata_of_a_plan_made_before_them(sqlite_url):
+    """A database planned with --source-pool before strata were recorded (NULL): the same `design l2d`
+    again records each planned posterior's stratum, says so, and leaves the plan's rows otherwise as
+    they were; a stratum recorded differently is refused in one line (exit 2) and nothing is written."""
+    import sqlalchemy as sa
+
+    args = ["design", "l2d", "--bank", "demo", "--fictional-sources", "--source-pool", "12", "--seed", "4",
+            "--strategies", "zero-shot", "--db", sqlite_url]
+    r = runner.invoke(app, args)
+    assert r.exit_code == 0 and "recorded the source stratum" not in r.output, r.output
+    db = ds.TrialDB(sqlite_url)
+    planned = db.table(Request).set_index("key").sort_index()
+    post = planned.stage == "posterior"
+    R = Request.__table__
+    with db.engine.begin() as conn:  # as an older version planned it
+        conn.execute(R.update().values(source_stratum=None))
+    r = runner.invoke(app, args)
+    assert r.exit_code == 0, r.output
+    assert f"recorded the source stratum of {int(post.sum()):,} posterior(s)" in r.output, r.output
+    again = db.table(Request).set_index("key").sort_index()
+    pd.testing.assert_frame_equal(again, planned)  # every row and column as the first plan wrote it
+    r = runner.invoke(app, args)
+    assert r.exit_code == 0 and "recorded the source stratum" not in r.output and "(0 new)" in r.output, r.output
+    # one posterior recorded differently, the rest without a record: refused, nothing filled
+    first = planned.index[post][0]
+    other = next(s for s in SOURCE_STRATA if s != planned.loc[first, "source_stratum"])
+    with db.engine.begin() as conn:
+        conn.execute(R.update().values(source_stratum=None))
+        conn.execute(R.update().where(R.c.key == first).values(source_stratum=other))
+    r = runner.invoke(app, args)
+    assert r.exit_code == 2 and len(r.output.strip().splitlines()) == 1, r.output
+    assert f"source stratum {planned.loc[first, 'source_stratum']!r} in this plan but {other!r}" in r.output, r.output
+    kept = db.table(Request).set_index("key")
+    assert kept.source_stratum.notna().sum() == 1 and kept.loc[first, "source_stratum"] == other

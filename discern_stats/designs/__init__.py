@@ -69,7 +69,9 @@ def design_l2d(engine: Engine, *, seed: int = 0, per_stratum: int = 1, strategie
     popularity`); ``source_pool`` first draws a fixed pool of that many (a multiple of 6, evenly
     across the 6 strata; seed 000: 132) from which every item's sources are drawn, and records each
     posterior's stratum at the table's thresholds (``source_stratum``: the statistics then take every
-    crossed source term within the strata, `stats.l2d.l2d_metrics`). With fewer
+    crossed source term within the strata, `stats.l2d.l2d_metrics`); run again on a database planned
+    before strata were recorded, it records them on the planned posteriors it draws again
+    (``strata_recorded``), and refuses in one line, writing nothing, where one recorded differs. With fewer
     than 6 real sources the plan is refused in one line naming the commands that import real ones,
     unless ``fictional_sources`` (or ``use_demo``, which also selects the demo bank) asks for the
     24 invented demo domains. The result's ``sources`` says where the sources come from.
@@ -126,10 +128,16 @@ def design_l2d(engine: Engine, *, seed: int = 0, per_stratum: int = 1, strategie
     plan = l2d.build_requests(it, src, seed=seed, per_stratum=per_stratum, strategies=strategies, factors=factors,
                               fixed_strata=fixed)
     used = src[src.domain.isin({r["source"] for r in plan.requests if r.get("source")})]
+    from ..store.importing import record_source_strata
     with engine.begin() as conn:
         n = insert_ignore(conn, Request, plan.requests, ["key"])
+        filled = (record_source_strata(conn, plan.requests, here="in this plan",
+                                       hint=" (the source table has changed since that plan was drawn: plan into a "
+                                            "new database, or import the sources it was drawn from)")
+                  if fixed is not None else 0)
     return {"items": plan.n_items, "sources_per_item": plan.n_sources_per_item, "planned": len(plan.requests), "new": n,
-            "sources": source_provenance(used), "n_sources": len(used), "fictional": bool(fictional_sources)}
+            "strata_recorded": filled, "sources": source_provenance(used), "n_sources": len(used),
+            "fictional": bool(fictional_sources)}
 
 
 def design_cue(engine: Engine, *, seed: int = 0, n_worlds: int | None = None,

@@ -240,11 +240,14 @@ def _b(row: pd.Series, col: str) -> bool | None:
     return None if v is None or (isinstance(v, float) and pd.isna(v)) else bool(v)
 
 
-def _record_source_strata(conn: sa.Connection, req_rows: list[dict[str, Any]], file: str) -> None:
-    """Give planned posteriors that were already in the database the file's ``source_stratum`` where
-    they had none; a different one recorded there is refused (one line, nothing imported)."""
+def record_source_strata(conn: sa.Connection, req_rows: list[dict[str, Any]], file: str | None = None,
+                         here: str = "here", hint: str = "") -> int:
+    """Give planned posteriors that were already in the database the ``source_stratum`` of ``req_rows``
+    where they had none (a plan made before strata were recorded); one that records a different
+    stratum is refused in one line (the caller's transaction then writes nothing). Returns how many
+    were filled. Used by `import trials l2d` (``file``) and by a re-run of `design l2d --source-pool`."""
     want = {r["key"]: (i, r["source_stratum"]) for i, r in enumerate(
-        r for r in req_rows if r["stage"] == "posterior")}
+        r for r in req_rows if r["stage"] == "posterior" and r.get("source_stratum") is not None)}
     have = {}
     keys = list(want)
     for k in range(0, len(keys), 2000):
@@ -255,11 +258,12 @@ def _record_source_strata(conn: sa.Connection, req_rows: list[dict[str, Any]], f
         if have.get(key) is None:
             fill.append({"k": key, "s": s})
         elif have[key] != s:
-            raise InputError(f"source stratum {s!r} here but {have[key]!r} in the database's plan", file=file,
-                             row=i + 1, column="source_stratum")
+            raise InputError(f"source stratum {s!r} {here} but {have[key]!r} in the database's plan{hint}", file=file,
+                             row=None if file is None else i + 1, column="source_stratum" if file else None)
     if fill:
         R = Request.__table__
         conn.execute(R.update().where(R.c.key == sa.bindparam("k")).values(source_stratum=sa.bindparam("s")), fill)
+    return len(fill)
 
 
 def _import_l2d(conn: sa.Connection, df: pd.DataFrame, llm_ids: dict[str, int], tag_cols: list[str], file: str) -> int:
@@ -297,7 +301,7 @@ def _import_l2d(conn: sa.Connection, df: pd.DataFrame, llm_ids: dict[str, int], 
                          "source_stratum": getattr(r, "source_stratum", None)})
     insert_ignore(conn, Request, req_rows, ["key"])
     if "source_stratum" in df.columns:
-        _record_source_strata(conn, req_rows, file)
+        record_source_strata(conn, req_rows, file)
     rid = _request_ids(conn, [r["key"] for r in req_rows])
     trials = []
     priors = df.sort_values("prior", na_position="last").drop_duplicates(["llm", "item_id", "strategy"])
