@@ -53,16 +53,22 @@ def test_recording_the_strata_leaves_the_draw_as_it_was():
     assert all(r.get("source_stratum") is None for r in plain.requests)
 
 
+def _answered(table: pd.DataFrame, pool: pd.DataFrame, n_items: int, seed: int, **plan) -> pd.DataFrame:
+    """The planned posteriors of ``n_items`` items on ``pool`` (sources of ``table``), answered by
+    `l2d_reliability_moves`."""
+    items = pd.DataFrame({"item_id": [f"q{i:02d}" for i in range(n_items)], "question": "How many?",
+                          "truth": 10.0 + np.arange(n_items)})
+    planned = l2d.build_requests(items, pool, seed=seed, strategies=("zero-shot",), **plan)
+    d = pd.DataFrame([r for r in planned.requests if r["stage"] == "posterior"])
+    d = d.merge(table.rename(columns={"domain": "source"})[["source", "reliability", "popularity"]], on="source")
+    return l2d_reliability_moves(d, seed)
+
+
 def _trials(n_items: int = 30, seed: int = 3, recorded: bool = True) -> pd.DataFrame:
     """Trials on a pool drawn within the demo table's strata (one source per stratum and item)."""
     table = l2d.demo_sources()
-    items = pd.DataFrame({"item_id": [f"q{i:02d}" for i in range(n_items)], "question": "How many?",
-                          "truth": 10.0 + np.arange(n_items)})
-    plan = l2d.build_requests(items, l2d.source_pool(table, 18, seed=seed), seed=seed, strategies=("zero-shot",),
-                              fixed_strata=l2d.table_strata(table) if recorded else None)
-    d = pd.DataFrame([r for r in plan.requests if r["stage"] == "posterior"])
-    d = d.merge(table.rename(columns={"domain": "source"})[["source", "reliability", "popularity"]], on="source")
-    d = l2d_reliability_moves(d, seed)
+    d = _answered(table, l2d.source_pool(table, 18, seed=seed), n_items, seed,
+                  fixed_strata=l2d.table_strata(table) if recorded else None)
     keep = ["llm", "strategy", "item_id", "truth", "source", "reliability", "popularity", "factor", "claim",
             "prior", "posterior", "valid"]
     return d[keep + (["source_stratum"] if recorded else [])]
@@ -196,12 +202,7 @@ def _pool_trials(n_sources: int, n_items: int = 40, seed: int = 5) -> pd.DataFra
     table = pd.DataFrame({"domain": [f"s{j:03d}.org" for j in range(n_sources)],
                           "reliability": rng.permutation(np.linspace(0.05, 0.95, n_sources)),
                           "popularity": rng.permutation(np.linspace(0.05, 0.95, n_sources))})
-    items = pd.DataFrame({"item_id": [f"q{i:02d}" for i in range(n_items)], "question": "How many?",
-                          "truth": 10.0 + np.arange(n_items)})
-    plan = l2d.build_requests(items, table, seed=seed, strategies=("zero-shot",))
-    d = pd.DataFrame([r for r in plan.requests if r["stage"] == "posterior"])
-    d = d.merge(table.rename(columns={"domain": "source"}), on="source")
-    return l2d_reliability_moves(d, seed)
+    return _answered(table, table, n_items, seed)
 
 
 def test_the_small_pool_warning_names_the_pool_below_the_size_shown_and_only_there():
@@ -229,8 +230,6 @@ def test_planning_again_records_the_strata_of_a_plan_made_before_them(sqlite_url
     """A database planned with --source-pool before strata were recorded (NULL): the same `design l2d`
     again records each planned posterior's stratum, says so, and leaves the plan's rows otherwise as
     they were; a stratum recorded differently is refused in one line (exit 2) and nothing is written."""
-    import sqlalchemy as sa
-
     args = ["design", "l2d", "--bank", "demo", "--fictional-sources", "--source-pool", "12", "--seed", "4",
             "--strategies", "zero-shot", "--db", sqlite_url]
     r = runner.invoke(app, args)

@@ -92,7 +92,7 @@ def design_l2d(engine: Engine, *, seed: int = 0, per_stratum: int = 1, strategie
     if source_pool is not None and (source_pool < 6 or source_pool % 6):
         raise InputError(f"--source-pool {source_pool}: give a multiple of 6 (the 3 popularity x 2 reliability "
                          f"strata), e.g. 132 as in seed 000")
-    from ..store.importing import upsert_items, upsert_sources
+    from ..store.importing import record_source_strata, upsert_items, upsert_sources
     bank_ids = None
     if bank is not None:
         rows = _bank_rows(bank)
@@ -128,13 +128,12 @@ def design_l2d(engine: Engine, *, seed: int = 0, per_stratum: int = 1, strategie
     plan = l2d.build_requests(it, src, seed=seed, per_stratum=per_stratum, strategies=strategies, factors=factors,
                               fixed_strata=fixed)
     used = src[src.domain.isin({r["source"] for r in plan.requests if r.get("source")})]
-    from ..store.importing import record_source_strata
     with engine.begin() as conn:
         n = insert_ignore(conn, Request, plan.requests, ["key"])
         filled = (record_source_strata(conn, plan.requests, here="in this plan",
                                        hint=" (the source table has changed since that plan was drawn: plan into a "
                                             "new database, or import the sources it was drawn from)")
-                  if fixed is not None else 0)
+                  if fixed is not None and n < len(plan.requests) else 0)  # all new: none had a record
     return {"items": plan.n_items, "sources_per_item": plan.n_sources_per_item, "planned": len(plan.requests), "new": n,
             "strata_recorded": filled, "sources": source_provenance(used), "n_sources": len(used),
             "fictional": bool(fictional_sources)}
